@@ -1,0 +1,275 @@
+"""The one codec between pev's frozen values and JSON.
+
+Domain types know nothing of JSON: stores, the ledger and adapters call :func:`encode` /
+:func:`decode` (plain JSON structures) or :func:`dumps` / :func:`loads` (canonical text). Decoding
+is driven by type hints and is strict: an unknown field, a missing required field, a wrong type
+or an unknown ``kind`` is a :class:`~pev.errors.CodecError` naming where it is.
+
+Conventions: a dataclass becomes an object of its fields; a member of a tagged union (a class
+with a ``kind`` class variable) also carries ``"kind"``; enums become their values; tuples and
+frozensets become arrays (frozensets sorted); datetimes become ISO 8601 text in UTC; bytes
+become base64 text; JSON values pass through.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import enum
+import functools
+import json
+import types
+import typing
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar, Union, cast
+
+from pev.errors import CodecError, PevError
+from pev.model._json import JsonObject, JsonValue, canonical_json, freeze_json
+
+__all__ = ["decode", "dumps", "encode", "loads"]
+
+T = TypeVar("T")
+
+
+class _JsonValueHint:
+    """Stands for the recursive ``JsonValue`` alias while hints are resolved."""
+
+
+_LOCAL_HINTS = {"JsonValue": _JsonValueHint}
+
+
+def encode(value: object) -> object:
+    """Turn a pev value into plain JSON structures (dicts, lists, scalars)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        if isinstance(value, enum.Enum):
+            return value.value
+        return value
+    if isinstance(value, JsonObject | Mapping):
+        return {str(key): encode(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return [encode(item) for item in value]
+    if isinstance(value, frozenset | set):
+        items = [encode(item) for item in value]
+        return sorted(items, key=canonical_json)
+    if isinstance(value, enum.Enum):
+        return encode(value.value)
+    if isinstance(value, datetime):
+        return _encode_datetime(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        cls = type(value)
+        out: dict[str, object] = {}
+        tag = _tag_of(cls)
+        if tag is not None:
+            out["kind"] = tag
+        for field in _fields(cls):
+            out[field.name] = encode(getattr(value, field.name))
+        return out
+    raise CodecError(f"a {type(value).__name__} cannot be encoded as JSON")
+
+
+def dumps(value: object) -> str:
+    """The canonical JSON text of a pev value (sorted keys, no spaces)."""
+    return canonical_json(encode(value))
+
+
+def loads(text: str | bytes, into: type[T] | Any) -> T:
+    """Parse canonical (or any) JSON text into ``into``.
+
+    Raises:
+        CodecError: The text is not JSON or does not fit the type.
+    """
+    try:
+        data = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CodecError(f"not valid JSON: {exc}") from exc
+    return cast("T", decode(data, into))
+
+
+def decode(data: object, into: type[T] | Any, *, path: str = "$") -> T:
+    """Build a value of type ``into`` from plain JSON structures.
+
+    Raises:
+        CodecError: ``data`` does not fit ``into``; the error's ``path`` says where.
+    """
+    return cast("T", _decode(data, into, path))
+
+
+def _encode_datetime(value: datetime) -> str:
+    if value.tzinfo is None:
+        raise CodecError("naive datetimes are ambiguous; use an aware UTC datetime")
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _tag_of(cls: type) -> str | None:
+    if "kind" in {field.name for field in _fields(cls)}:
+        return None
+    tag = getattr(cls, "kind", None)
+    return tag if isinstance(tag, str) else None
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
+    return dataclasses.fields(cls)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, localns=_LOCAL_HINTS)
+
+
+def _fail(path: str, message: str) -> typing.NoReturn:
+    raise CodecError(message, path=path)
+
+
+def _decode(data: object, tp: Any, path: str) -> object:
+    if tp is _JsonValueHint or tp is object or tp is Any:
+        try:
+            return freeze_json(data, path=path)
+        except (TypeError, ValueError) as exc:
+            _fail(path, str(exc))
+    supertype = getattr(tp, "__supertype__", None)
+    if supertype is not None:  # a NewType
+        return _decode(data, supertype, path)
+    origin = typing.get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        return _decode_union(data, typing.get_args(tp), path)
+    if origin is Literal:
+        if data not in typing.get_args(tp):
+            _fail(path, f"expected one of {list(typing.get_args(tp))}, got {data!r}")
+        return data
+    if origin is tuple:
+        return _decode_tuple(data, typing.get_args(tp), path)
+    if origin is frozenset:
+        (item_tp,) = typing.get_args(tp)
+        items = _expect(data, list, path)
+        return frozenset(_decode(item, item_tp, f"{path}[{i}]") for i, item in enumerate(items))
+    if origin is dict or origin is Mapping or origin is typing.Mapping:
+        _, value_tp = typing.get_args(tp)
+        obj = _expect(data, dict, path)
+        decoded = {key: _decode(v, value_tp, f"{path}.{key}") for key, v in obj.items()}
+        return JsonObject(cast("dict[str, JsonValue]", decoded))
+    if isinstance(tp, type):
+        return _decode_class(data, tp, path)
+    _fail(path, f"pev's codec does not handle the type {tp!r}")
+
+
+def _expect(data: object, kind: type[T], path: str) -> T:
+    if not isinstance(data, kind):
+        names: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
+        _fail(path, f"expected {names.get(kind, kind.__name__)}, got {_describe(data)}")
+    return data
+
+
+def _describe(data: object) -> str:
+    if data is None:
+        return "null"
+    return f"{type(data).__name__} {data!r}"[:80]
+
+
+def _decode_union(data: object, members: tuple[Any, ...], path: str) -> object:
+    if data is None and type(None) in members:
+        return None
+    options = [member for member in members if member is not type(None)]
+    if len(options) == 1:
+        return _decode(data, options[0], path)
+    tagged = {
+        _tag_of(m): m
+        for m in options
+        if isinstance(m, type) and dataclasses.is_dataclass(m) and _tag_of(m)
+    }
+    if tagged and isinstance(data, dict):
+        tag = data.get("kind")
+        if tag not in tagged:
+            _fail(path, f"unknown kind {tag!r}; expected one of {sorted(map(str, tagged))}")
+        return _decode(data, tagged[tag], path)
+    errors: list[str] = []
+    for option in options:
+        try:
+            return _decode(data, option, path)
+        except CodecError as exc:
+            errors.append(str(exc))
+    _fail(path, f"{_describe(data)} fits none of the expected types ({'; '.join(errors)})")
+
+
+def _decode_tuple(data: object, args: tuple[Any, ...], path: str) -> tuple[object, ...]:
+    items = _expect(data, list, path)
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(_decode(item, args[0], f"{path}[{i}]") for i, item in enumerate(items))
+    if len(items) != len(args):
+        _fail(path, f"expected {len(args)} items, got {len(items)}")
+    return tuple(
+        _decode(item, item_tp, f"{path}[{i}]")
+        for i, (item, item_tp) in enumerate(zip(items, args, strict=True))
+    )
+
+
+def _decode_class(data: object, cls: type, path: str) -> object:
+    if issubclass(cls, enum.Enum):
+        try:
+            return cls(data)
+        except ValueError:
+            allowed = [member.value for member in cls]
+            _fail(path, f"expected one of {allowed}, got {data!r}")
+    if cls is bool:
+        return _expect(data, bool, path)
+    if cls is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            _fail(path, f"expected an integer, got {_describe(data)}")
+        return data
+    if cls is float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            _fail(path, f"expected a number, got {_describe(data)}")
+        return float(data)
+    if cls is str:
+        return _expect(data, str, path)
+    if cls is datetime:
+        return _decode_datetime(_expect(data, str, path), path)
+    if cls is bytes:
+        try:
+            return base64.b64decode(_expect(data, str, path), validate=True)
+        except binascii.Error as exc:
+            _fail(path, f"not valid base64: {exc}")
+    if cls is JsonObject:
+        frozen = _decode(data, _JsonValueHint, path)
+        if not isinstance(frozen, JsonObject):
+            _fail(path, f"expected an object, got {_describe(data)}")
+        return frozen
+    if dataclasses.is_dataclass(cls):
+        return _decode_dataclass(data, cls, path)
+    _fail(path, f"pev's codec does not handle the type {cls.__name__}")
+
+
+def _decode_datetime(text: str, path: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        _fail(path, f"expected an ISO 8601 time, got {text!r}")
+    if value.tzinfo is None:
+        _fail(path, f"time {text!r} has no UTC offset")
+    return value.astimezone(UTC)
+
+
+def _decode_dataclass(data: object, cls: type, path: str) -> object:
+    obj = _expect(data, dict, path)
+    tag = _tag_of(cls)
+    fields = {field.name: field for field in _fields(cls)}
+    for key in obj:
+        if key not in fields and not (key == "kind" and tag is not None):
+            _fail(path, f"{cls.__name__} has no field {key!r}")
+    if tag is not None and obj.get("kind", tag) != tag:
+        _fail(path, f"expected kind {tag!r}, got {obj.get('kind')!r}")
+    hints = _hints(cls)
+    kwargs: dict[str, object] = {}
+    for name, field in fields.items():
+        if name in obj:
+            kwargs[name] = _decode(obj[name], hints[name], f"{path}.{name}")
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            _fail(path, f"{cls.__name__} is missing the required field {name!r}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError, PevError) as exc:
+        _fail(path, f"not a valid {cls.__name__}: {exc}")

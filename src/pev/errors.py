@@ -1,0 +1,160 @@
+"""Every exception pev raises, under one root.
+
+Failures of a task (a broken tool, a failed check, an untrustworthy verdict) are *values* that the
+kernel decides on; the exceptions here are for misuse, invalid input and broken infrastructure::
+
+    PevError
+    ├── ContractError        a verification contract that cannot be honoured
+    ├── PlanError            a plan that must not run (carries every problem found)
+    ├── StateError           an operation the task's current state does not allow
+    ├── CodecError           a value that cannot be encoded, or stored data that cannot be decoded
+    └── StoreError           the ledger store failed or holds something it should not
+        ├── ConflictError    another writer appended the same sequence number first
+        ├── LedgerCorruptError  a stored ledger fails its hash chain or its fold
+        ├── SchemaVersionError  the database was written by another schema version
+        └── UnknownTaskError    no task has that id
+
+Each error carries the ids and values it is about, so callers can act on them without parsing
+the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "CodecError",
+    "ConflictError",
+    "ContractError",
+    "LedgerCorruptError",
+    "PevError",
+    "PlanError",
+    "SchemaVersionError",
+    "StateError",
+    "StoreError",
+    "UnknownTaskError",
+]
+
+
+class PevError(Exception):
+    """The root of every exception pev raises on purpose."""
+
+
+class ContractError(PevError):
+    """A verification contract is incomplete or cannot be honoured.
+
+    Attributes:
+        field: The contract field at fault (``goal``, ``success_criteria``, ...).
+    """
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class PlanError(PevError):
+    """A plan failed validation; ``problems`` lists every problem found, not just the first.
+
+    Attributes:
+        problems: One human-readable sentence per problem, in a stable order.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)
+        count = len(self.problems)
+        lines = "\n".join(f"  - {problem}" for problem in self.problems)
+        super().__init__(f"invalid plan ({count} problem{'s' if count != 1 else ''}):\n{lines}")
+
+
+class StateError(PevError):
+    """The operation is not allowed in the task's current state; nothing was written.
+
+    Attributes:
+        task_id: The task concerned.
+        state: The task's current phase.
+    """
+
+    def __init__(self, message: str, *, task_id: str, state: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.state = state
+
+
+class CodecError(PevError):
+    """A value could not be encoded, or stored data could not be decoded into its type.
+
+    Attributes:
+        path: Where in the value the problem is, as a dotted path (``event.plan.nodes[2]``).
+    """
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+
+
+class StoreError(PevError):
+    """The ledger store failed, or refused a write that would have corrupted it."""
+
+
+class ConflictError(StoreError):
+    """Another writer appended this sequence number to the task first; nothing was written.
+
+    Attributes:
+        task_id: The task concerned.
+        seq: The sequence number both writers wanted.
+    """
+
+    def __init__(self, task_id: str, seq: int) -> None:
+        super().__init__(
+            f"task {task_id}: sequence number {seq} was appended by another writer first; "
+            "re-read the task and decide again"
+        )
+        self.task_id = task_id
+        self.seq = seq
+
+
+class LedgerCorruptError(StoreError):
+    """A stored ledger fails its hash chain or cannot be folded.
+
+    Attributes:
+        task_id: The task concerned.
+        seq: The sequence number of the first bad event (or where one is missing).
+    """
+
+    def __init__(self, message: str, *, task_id: str, seq: int) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.seq = seq
+
+
+class SchemaVersionError(StoreError):
+    """The database was written by a schema version this pev does not read.
+
+    Attributes:
+        found: The version recorded in the database.
+        expected: The version this pev reads and writes.
+    """
+
+    def __init__(self, *, location: str, found: int, expected: int) -> None:
+        if found > expected:
+            hint = "upgrade pev to read it, or point pev at another database"
+        else:
+            hint = "open it with the pev release that wrote it, or point pev at a new database"
+        super().__init__(
+            f"{location}: ledger schema version {found}, but this pev uses version {expected}; "
+            f"{hint}"
+        )
+        self.found = found
+        self.expected = expected
+
+
+class UnknownTaskError(StoreError):
+    """No task with this id exists in the store.
+
+    Attributes:
+        task_id: The id that was asked for.
+    """
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"no task with id {task_id!r} in this store; list tasks with `pev tasks`")
+        self.task_id = task_id

@@ -1,0 +1,145 @@
+"""Immutable JSON values and their canonical text form.
+
+Plan args, tool outputs and evidence payloads are JSON. pev keeps them frozen (objects become a
+hashable read-only :class:`JsonObject`, arrays become tuples) so a value in the ledger can never
+change after it was recorded, and it writes them in one canonical form so that digests and the
+hash chain are stable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterator, Mapping
+from typing import TypeAlias, TypeGuard
+
+__all__ = [
+    "JsonObject",
+    "JsonValue",
+    "canonical_json",
+    "digest",
+    "freeze_json",
+    "is_json_object",
+    "json_type_name",
+    "thaw_json",
+]
+
+JsonValue: TypeAlias = "bool | int | float | str | tuple[JsonValue, ...] | JsonObject | None"
+
+
+class JsonObject(Mapping[str, "JsonValue"]):
+    """A read-only, hashable JSON object: plan args, tool outputs, evidence payloads."""
+
+    __slots__ = ("_hash", "_items")
+
+    def __init__(self, items: Mapping[str, JsonValue] | None = None) -> None:
+        self._items: dict[str, JsonValue] = dict(items) if items else {}
+        self._hash: int | None = None
+
+    def __getitem__(self, key: str) -> JsonValue:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(canonical_json(self))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self._items == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"JsonObject({self._items!r})"
+
+
+def freeze_json(value: object, *, path: str = "$") -> JsonValue:
+    """Return ``value`` as an immutable JSON value.
+
+    Lists and tuples become tuples, mappings become :class:`JsonObject`; scalars are kept.
+
+    Raises:
+        TypeError: ``value`` holds something JSON cannot represent (the message names where).
+        ValueError: ``value`` holds a NaN or infinite float.
+    """
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: {value} is not a JSON number")
+        return value
+    if isinstance(value, JsonObject):
+        return value
+    if isinstance(value, Mapping):
+        frozen: dict[str, JsonValue] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{path}: object key {key!r} is not a string")
+            frozen[key] = freeze_json(item, path=f"{path}.{key}")
+        return JsonObject(frozen)
+    if isinstance(value, list | tuple):
+        return tuple(freeze_json(item, path=f"{path}[{index}]") for index, item in enumerate(value))
+    raise TypeError(f"{path}: a {type(value).__name__} is not a JSON value")
+
+
+def thaw_json(value: JsonValue) -> object:
+    """Return plain ``dict`` / ``list`` structures for a frozen JSON value."""
+    if isinstance(value, JsonObject):
+        return {key: thaw_json(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [thaw_json(item) for item in value]
+    return value
+
+
+def _default(value: object) -> object:
+    if isinstance(value, JsonObject):
+        return value._items
+    raise TypeError(f"a {type(value).__name__} is not a JSON value")
+
+
+def canonical_json(value: object) -> str:
+    """The canonical text of a JSON value: sorted keys, no spaces, UTF-8, no NaN."""
+    return json.dumps(
+        value,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        default=_default,
+    )
+
+
+def digest(value: object) -> str:
+    """The sha256 hex digest of the canonical JSON of ``value``."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def is_json_object(value: object) -> TypeGuard[Mapping[str, JsonValue]]:
+    """True when ``value`` is a mapping with string keys (a JSON object)."""
+    return isinstance(value, Mapping) and all(isinstance(key, str) for key in value)
+
+
+def json_type_name(value: object) -> str:
+    """The JSON Schema type name of a value: ``null``, ``boolean``, ``integer``, ``number``, ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return type(value).__name__

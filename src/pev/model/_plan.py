@@ -1,0 +1,361 @@
+"""Plans, plan nodes, tool signatures, and plan validation (SPEC §2.1)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pev.errors import PlanError
+from pev.model._json import JsonObject, JsonValue, freeze_json, is_json_object, json_type_name
+
+__all__ = [
+    "DEFAULT_MAX_NODES",
+    "Effect",
+    "Plan",
+    "PlanNode",
+    "ToolParameter",
+    "ToolSpec",
+    "downstream",
+    "iter_refs",
+    "plan_problems",
+    "validate_plan",
+]
+
+DEFAULT_MAX_NODES = 64
+REF_KEY = "$ref"
+
+
+class Effect(StrEnum):
+    """What running a node does to the world."""
+
+    QUERY = "query"
+    """Read-only, safe to repeat."""
+    ACTION = "action"
+    """Has side effects; the default, because it is the safe assumption."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolParameter:
+    """One parameter of a registered tool, as plan validation sees it.
+
+    Attributes:
+        name: The parameter name, as it appears in a node's args.
+        json_types: JSON Schema type names the value may have (``string``, ``integer``,
+            ``number``, ``boolean``, ``array``, ``object``, ``null``); empty means any.
+        required: Whether a node must supply it.
+    """
+
+    name: str
+    json_types: frozenset[str] = frozenset()
+    required: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """A registered tool's name, declared effect and signature."""
+
+    name: str
+    effect: Effect = Effect.ACTION
+    parameters: tuple[ToolParameter, ...] = ()
+    description: str = ""
+
+
+# PlanNode and Plan keep SPEC's positional signatures (`PlanNode(id, description, ...)`,
+# `Plan(goal, nodes)`), which are public API; everything optional is keyword-friendly.
+@dataclass(frozen=True, slots=True)
+class PlanNode:
+    """One step of a plan.
+
+    Construction never fails on a malformed value: lists become tuples and args are frozen where
+    they can be, and :func:`validate_plan` reports everything that is still wrong, all at once.
+
+    Attributes:
+        id: Stable and unique in the plan; the key used by verify, diagnose and replan.
+        description: What the step does, in words (the planner's and the operator's view).
+        tool: Name of a registered tool, or ``None`` for an executor that needs none.
+        args: A JSON object; ``{"$ref": "n1"}`` or ``{"$ref": "n1.key"}`` is replaced at dispatch
+            by the output of dependency ``n1``.
+        after: Ids of the nodes this one depends on.
+        effect: ``query`` (read-only) or ``action`` (side effects, the default).
+    """
+
+    id: str
+    description: str = ""
+    tool: str | None = None
+    args: Mapping[str, JsonValue] = field(default_factory=JsonObject)
+    after: tuple[str, ...] = ()
+    effect: Effect = Effect.ACTION
+
+    def __post_init__(self) -> None:
+        if isinstance(self.args, Mapping) and not isinstance(self.args, JsonObject):
+            # A value JSON cannot hold is kept as given; validate_plan names it.
+            with contextlib.suppress(TypeError, ValueError):
+                object.__setattr__(self, "args", freeze_json(self.args))
+        if isinstance(self.after, list):
+            object.__setattr__(self, "after", tuple(self.after))
+        if isinstance(self.effect, str) and self.effect in Effect.__members__.values():
+            object.__setattr__(self, "effect", Effect(self.effect))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A goal and the nodes that reach it; immutable once built."""
+
+    goal: str
+    nodes: tuple[PlanNode, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.nodes, list):
+            object.__setattr__(self, "nodes", tuple(self.nodes))
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        """The node ids, in plan order."""
+        return tuple(node.id for node in self.nodes)
+
+    def node(self, node_id: str) -> PlanNode:
+        """The node with this id.
+
+        Raises:
+            KeyError: No node has that id.
+        """
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise KeyError(node_id)
+
+
+def iter_refs(value: object) -> Iterator[str]:
+    """Yield every ``$ref`` target (``"n1"`` or ``"n1.key.sub"``) inside an args value."""
+    if isinstance(value, Mapping):
+        ref = value.get(REF_KEY)
+        if isinstance(ref, str) and len(value) == 1:
+            yield ref
+            return
+        for item in value.values():
+            yield from iter_refs(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from iter_refs(item)
+
+
+def downstream(plan: Plan, roots: Iterable[str]) -> frozenset[str]:
+    """The ids in ``roots`` plus every node that depends on one of them, directly or not."""
+    dependents: dict[str, list[str]] = {node.id: [] for node in plan.nodes}
+    for node in plan.nodes:
+        for dep in node.after:
+            dependents.setdefault(dep, []).append(node.id)
+    seen: set[str] = set()
+    stack = [root for root in roots if root in dependents]
+    while stack:
+        current = stack.pop()
+        if current not in seen:
+            seen.add(current)
+            stack.extend(dependents[current])
+    return frozenset(seen)
+
+
+def validate_plan(
+    plan: Plan,
+    *,
+    tools: Mapping[str, ToolSpec] | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> None:
+    """Check a plan before anything runs.
+
+    Args:
+        plan: The plan to check.
+        tools: The registered tools by name; ``None`` skips the tool checks (no registry).
+        max_nodes: The most nodes a plan may have.
+
+    Raises:
+        PlanError: Listing every problem found, in plan order.
+    """
+    problems = plan_problems(plan, tools=tools, max_nodes=max_nodes)
+    if problems:
+        raise PlanError(problems)
+
+
+def plan_problems(
+    plan: Plan,
+    *,
+    tools: Mapping[str, ToolSpec] | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> tuple[str, ...]:
+    """Every problem that makes ``plan`` invalid, in a stable order; empty when it is valid."""
+    problems: list[str] = []
+    if not isinstance(plan, Plan):
+        return (f"expected a Plan, got a {type(plan).__name__}",)
+    if not isinstance(plan.goal, str):
+        problems.append(f"the plan's goal must be a string, got a {type(plan.goal).__name__}")
+    if not isinstance(plan.nodes, tuple) or not all(isinstance(n, PlanNode) for n in plan.nodes):
+        problems.append("the plan's nodes must be a sequence of PlanNode")
+        return tuple(problems)
+    if not plan.nodes:
+        problems.append("the plan has no nodes; a plan needs at least one")
+        return tuple(problems)
+    if len(plan.nodes) > max_nodes:
+        problems.append(
+            f"the plan has {len(plan.nodes)} nodes, more than max_nodes={max_nodes}; "
+            "split the work or raise RecoveryPolicy.max_nodes"
+        )
+
+    ids = [node.id for node in plan.nodes]
+    known = set(ids)
+    reported_duplicates: set[str] = set()
+    for node_id in ids:
+        if ids.count(node_id) > 1 and node_id not in reported_duplicates:
+            reported_duplicates.add(node_id)
+            problems.append(
+                f"node id {node_id!r} is used by {ids.count(node_id)} nodes; ids must be unique"
+            )
+    for node in plan.nodes:
+        problems.extend(_node_problems(node, known, tools))
+    problems.extend(_cycle_problems(plan.nodes, known))
+    return tuple(problems)
+
+
+def _node_problems(
+    node: PlanNode, known: set[str], tools: Mapping[str, ToolSpec] | None
+) -> Iterator[str]:
+    where = f"node {node.id!r}"
+    if not isinstance(node.id, str) or not node.id.strip():
+        yield f"node id {node.id!r} must be a non-empty string"
+    elif "." in node.id:
+        yield f"{where}: an id must not contain '.', which separates a $ref from its output path"
+    if not isinstance(node.description, str):
+        yield f"{where}: description must be a string"
+    if node.tool is not None and not isinstance(node.tool, str):
+        yield f"{where}: tool must be a tool name (a string) or None"
+
+    after_ok = isinstance(node.after, tuple) and all(isinstance(dep, str) for dep in node.after)
+    if not after_ok:
+        yield f"{where}: after must be a list of node ids, got {node.after!r}"
+    else:
+        for dep in node.after:
+            if dep not in known:
+                yield f"{where}: depends on {dep!r}, which is not a node of this plan"
+        if len(set(node.after)) != len(node.after):
+            yield f"{where}: after lists the same id more than once"
+
+    effect_ok = isinstance(node.effect, Effect)
+    if not effect_ok:
+        yield f"{where}: effect must be 'query' or 'action', got {node.effect!r}"
+
+    spec: ToolSpec | None = None
+    if tools is not None and isinstance(node.tool, str):
+        spec = tools.get(node.tool)
+        if spec is None:
+            registered = ", ".join(sorted(tools)) or "none"
+            yield f"{where}: tool {node.tool!r} is not registered (registered: {registered})"
+    if (
+        spec is not None
+        and effect_ok
+        and spec.effect is Effect.ACTION
+        and node.effect is Effect.QUERY
+    ):
+        yield (
+            f"{where}: tool {spec.name!r} is an action; a node cannot label it 'query' "
+            "(a node may only make a tool's effect stricter)"
+        )
+
+    if not is_json_object(node.args):
+        yield f"{where}: args must be a JSON object, got a {type(node.args).__name__}"
+        return
+    try:
+        freeze_json(node.args, path="args")
+    except (TypeError, ValueError) as exc:
+        yield f"{where}: {exc}"
+        return
+    yield from _ref_problems(where, node, after_ok)
+    if spec is not None:
+        yield from _signature_problems(where, node.args, spec)
+
+
+def _ref_problems(where: str, node: PlanNode, after_ok: bool) -> Iterator[str]:
+    deps = set(node.after) if after_ok else set()
+    for ref in _all_ref_values(node.args):
+        if not isinstance(ref, str) or not ref:
+            yield f"{where}: a $ref must be a node id string, got {ref!r}"
+            continue
+        target = ref.split(".", 1)[0]
+        if target not in deps:
+            yield (
+                f"{where}: $ref {ref!r} points at {target!r}, which is not among its after ids; "
+                f"add {target!r} to after"
+            )
+
+
+def _all_ref_values(value: object) -> Iterator[object]:
+    """Every value stored under a ``$ref`` key, well-formed or not."""
+    if isinstance(value, Mapping):
+        if REF_KEY in value:
+            yield value[REF_KEY] if len(value) == 1 else f"<$ref with extra keys {sorted(value)}>"
+            return
+        for item in value.values():
+            yield from _all_ref_values(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _all_ref_values(item)
+
+
+def _signature_problems(where: str, args: Mapping[str, JsonValue], spec: ToolSpec) -> Iterator[str]:
+    params = {param.name: param for param in spec.parameters}
+    for param in spec.parameters:
+        if param.required and param.name not in args:
+            yield f"{where}: tool {spec.name!r} needs argument {param.name!r}, which is missing"
+    for name, value in args.items():
+        found_param = params.get(name)
+        if found_param is None:
+            accepted = ", ".join(sorted(params)) or "none"
+            yield (
+                f"{where}: tool {spec.name!r} has no parameter {name!r} (parameters: {accepted})"
+            )
+            continue
+        if _is_ref(value) or not found_param.json_types:
+            continue
+        found = json_type_name(value)
+        if found not in found_param.json_types and not (
+            found == "integer" and "number" in found_param.json_types
+        ):
+            wanted = " or ".join(sorted(found_param.json_types))
+            yield f"{where}: argument {name!r} of tool {spec.name!r} must be {wanted}, got {found}"
+
+
+def _is_ref(value: object) -> bool:
+    return isinstance(value, Mapping) and len(value) == 1 and REF_KEY in value
+
+
+def _cycle_problems(nodes: tuple[PlanNode, ...], known: set[str]) -> Iterator[str]:
+    graph: dict[str, tuple[str, ...]] = {}
+    for node in nodes:
+        if isinstance(node.after, tuple) and node.id not in graph:
+            graph[node.id] = tuple(dep for dep in node.after if dep in known)
+    white, grey, black = 0, 1, 2
+    color = dict.fromkeys(graph, white)
+    reported: set[frozenset[str]] = set()
+    for start, deps in graph.items():
+        if color[start] != white:
+            continue
+        # Iterative DFS so a long chain cannot exhaust the recursion limit.
+        path: list[str] = [start]
+        stack: list[Iterator[str]] = [iter(deps)]
+        color[start] = grey
+        while stack:
+            dep = next(stack[-1], None)
+            if dep is None:
+                color[path.pop()] = black
+                stack.pop()
+                continue
+            if color.get(dep) == grey:
+                cycle = [*path[path.index(dep) :], dep]
+                key = frozenset(cycle)
+                if key not in reported:
+                    reported.add(key)
+                    yield "dependency cycle: " + " runs after ".join(repr(n) for n in cycle)
+            elif color.get(dep) == white:
+                color[dep] = grey
+                path.append(dep)
+                stack.append(iter(graph[dep]))

@@ -1,0 +1,126 @@
+"""Execution records: one per dispatch of a node, with a one-way status (SPEC §2.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import assert_never
+
+from pev.errors import StateError
+from pev.model._ids import RecordId, TaskId
+from pev.model._plan import Effect
+from pev.model._results import DeviceFailure, NodeResult, Success, VerifierFailure
+
+__all__ = [
+    "TERMINAL_RECORD_STATUSES",
+    "ExecutionRecord",
+    "RecordStatus",
+    "record_status_for",
+]
+
+
+class RecordStatus(StrEnum):
+    """Where one dispatch stands. ``accepted`` is not ``completed``."""
+
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+
+TERMINAL_RECORD_STATUSES = frozenset(
+    {RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.CANCELLED, RecordStatus.UNKNOWN}
+)
+
+# The one-way ladder: a record only moves to a later rung, and a terminal record never moves.
+_RUNG = {RecordStatus.PENDING: 0, RecordStatus.ACCEPTED: 1, RecordStatus.RUNNING: 2}
+
+
+def _may_move(current: RecordStatus, target: RecordStatus) -> bool:
+    if current in TERMINAL_RECORD_STATUSES:
+        return False
+    if target in TERMINAL_RECORD_STATUSES:
+        return True
+    return _RUNG[target] > _RUNG[current]
+
+
+def record_status_for(result: NodeResult) -> RecordStatus:
+    """The terminal status a node result gives its record.
+
+    ``Success`` → ``succeeded``; a ``DeviceFailure`` with an unknown outcome → ``unknown``; any
+    other failure → ``failed``.
+    """
+    match result:
+        case Success():
+            return RecordStatus.SUCCEEDED
+        case DeviceFailure(outcome_unknown=True):
+            return RecordStatus.UNKNOWN
+        case DeviceFailure() | VerifierFailure():
+            return RecordStatus.FAILED
+        case _:
+            assert_never(result)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionRecord:
+    """One dispatch of one node, committed as ``pending`` before the tool is called.
+
+    Attributes:
+        id: The record id; ``record:<id>`` is its evidence reference.
+        task_id: The task it belongs to.
+        revision: The revision whose plan dispatched it.
+        node_id: The node it ran.
+        tool: The tool called, if any.
+        args_digest: sha256 of the canonical JSON of the resolved args.
+        effect: The effective effect (the stricter of the node's and the tool's).
+        idempotency_key: Stable for this record; handed to the tool so it can de-duplicate.
+        status: Where the dispatch stands.
+        created_at: When it was committed as ``pending``.
+        updated_at: When its status last changed.
+        error: What went wrong, for a record that did not succeed.
+    """
+
+    id: RecordId
+    task_id: TaskId
+    revision: int
+    node_id: str
+    tool: str | None
+    args_digest: str
+    effect: Effect
+    idempotency_key: str
+    status: RecordStatus = RecordStatus.PENDING
+    created_at: datetime
+    updated_at: datetime
+    error: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """True once the record has reached a terminal status; it never changes again."""
+        return self.status in TERMINAL_RECORD_STATUSES
+
+    @property
+    def ref(self) -> str:
+        """The evidence reference of this record, ``record:<id>``."""
+        return f"record:{self.id}"
+
+    def advance(
+        self, status: RecordStatus, *, at: datetime, error: str | None = None
+    ) -> ExecutionRecord:
+        """Return this record moved to ``status``.
+
+        Raises:
+            StateError: The move goes backwards or starts from a terminal status; a terminal
+                record is never rewritten.
+        """
+        if not _may_move(self.status, status):
+            raise StateError(
+                f"record {self.id} of node {self.node_id!r} cannot move from {self.status} to "
+                f"{status}: records only move forward and a terminal record never changes",
+                task_id=self.task_id,
+                state=self.status,
+            )
+        return replace(self, status=status, updated_at=at, error=error)

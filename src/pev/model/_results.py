@@ -1,0 +1,54 @@
+"""What running one node produced: the execution facts the kernel decides on (SPEC §2.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal, TypeAlias
+
+from pev.model._json import JsonValue, freeze_json
+
+__all__ = ["DeviceFailure", "NodeResult", "Success", "VerifierFailure"]
+
+
+# The three result types keep SPEC's positional signatures, which are public API.
+@dataclass(frozen=True, slots=True)
+class Success:
+    """The node ran and produced ``value`` (a JSON value, frozen)."""
+
+    kind: ClassVar[Literal["success"]] = "success"
+    value: JsonValue = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", freeze_json(self.value, path="value"))
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFailure:
+    """The tool, device or infrastructure failed.
+
+    Attributes:
+        node_id: The node that failed.
+        error: What went wrong, in words.
+        is_timeout: The call ran past its deadline.
+        outcome_unknown: The action may or may not have taken effect (a timeout or crash of an
+            ``action`` node); such an action is never sent again blindly.
+    """
+
+    kind: ClassVar[Literal["device_failure"]] = "device_failure"
+    node_id: str
+    error: str
+    is_timeout: bool = False
+    outcome_unknown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierFailure:
+    """The node ran, but a node-level check of its output failed; never a device fault."""
+
+    kind: ClassVar[Literal["verifier_failure"]] = "verifier_failure"
+    node_id: str
+    reason: str
+
+
+NodeResult: TypeAlias = Success | DeviceFailure | VerifierFailure
+"""The result of one node: a success, a device failure or a node-level check failure."""

@@ -1,0 +1,203 @@
+"""Verdicts, criterion results, and how far a verdict can be trusted (SPEC §2.5)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pev.model._contract import VerificationContract
+
+__all__ = [
+    "CriterionResult",
+    "CriterionStatus",
+    "Reliability",
+    "Verdict",
+    "VerdictStatus",
+    "passes",
+]
+
+
+class VerdictStatus(StrEnum):
+    """What the verifier concluded."""
+
+    SUCCESS = "success"
+    """Every criterion holds."""
+    FAILURE = "failure"
+    """The goal is judged unreachable: re-planning will not help."""
+    REPLAN_REQUIRED = "replan_required"
+    """Not there yet, but the goal is still reachable."""
+    INCONCLUSIVE = "inconclusive"
+    """The verifier could not tell."""
+
+
+class CriterionStatus(StrEnum):
+    """Whether one success criterion holds."""
+
+    SATISFIED = "satisfied"
+    UNSATISFIED = "unsatisfied"
+    UNKNOWN = "unknown"
+
+
+class Reliability(StrEnum):
+    """How far a verdict can be trusted; decided by the engine, never claimed by the verifier."""
+
+    OK = "ok"
+    THROWN = "thrown"
+    """The verifier raised an ordinary exception or ran past ``verify_timeout_s``."""
+    MALFORMED = "malformed"
+    """It returned nothing, or something that is not a valid verdict for this task."""
+    INCONCLUSIVE = "inconclusive"
+    """It returned a valid verdict with status ``inconclusive``."""
+
+
+def _as_tuple(value: object) -> object:
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+# CriterionResult and Verdict keep SPEC's positional signatures, which are public API.
+@dataclass(frozen=True, slots=True)
+class CriterionResult:
+    """The verifier's answer for one contract criterion, quoted verbatim, with its evidence."""
+
+    criterion: str
+    status: CriterionStatus
+    evidence_refs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.status, str) and self.status in CriterionStatus.__members__.values():
+            object.__setattr__(self, "status", CriterionStatus(self.status))
+        object.__setattr__(self, "evidence_refs", _as_tuple(self.evidence_refs))
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a verifier says about one execute round.
+
+    Construction is lenient (lists become tuples, strings become enum members where they name
+    one) so that a verifier's mistakes reach the engine's check, which classifies them as
+    ``malformed`` instead of raising inside the verifier.
+
+    Attributes:
+        status: ``success``, ``failure``, ``replan_required`` or ``inconclusive``.
+        failed_nodes: Node ids the verifier blames.
+        feedback: Text for the re-planner.
+        criteria: One result per contract criterion.
+        unmet_criteria: Criteria still to be met, for the re-planner.
+        preserved_constraints: Constraints a replan must keep.
+        guidance: Advice for the re-planner.
+        evidence_refs: ``evidence:<id>`` / ``record:<id>`` references the verdict rests on.
+    """
+
+    status: VerdictStatus
+    failed_nodes: frozenset[str] = frozenset()
+    feedback: str = ""
+    criteria: tuple[CriterionResult, ...] = ()
+    unmet_criteria: tuple[str, ...] = ()
+    preserved_constraints: tuple[str, ...] = ()
+    guidance: str = ""
+    evidence_refs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.status, str) and self.status in VerdictStatus.__members__.values():
+            object.__setattr__(self, "status", VerdictStatus(self.status))
+        if isinstance(self.failed_nodes, list | tuple | set):
+            object.__setattr__(self, "failed_nodes", frozenset(self.failed_nodes))
+        for name in ("criteria", "unmet_criteria", "preserved_constraints", "evidence_refs"):
+            object.__setattr__(self, name, _as_tuple(getattr(self, name)))
+
+    @classmethod
+    def passed(
+        cls,
+        contract: VerificationContract,
+        *,
+        evidence_refs: Iterable[str] = (),
+        feedback: str = "",
+    ) -> Verdict:
+        """A success verdict from a plain "pass": every criterion satisfied, with its evidence."""
+        refs = tuple(evidence_refs)
+        return cls(
+            VerdictStatus.SUCCESS,
+            feedback=feedback,
+            criteria=tuple(
+                CriterionResult(criterion, CriterionStatus.SATISFIED, refs)
+                for criterion in contract.success_criteria
+            ),
+            evidence_refs=refs,
+        )
+
+    @classmethod
+    def failed(
+        cls,
+        contract: VerificationContract,
+        *,
+        failed_nodes: Iterable[str] = (),
+        feedback: str = "",
+        unmet: Iterable[str] | None = None,
+        unreachable: bool = False,
+        guidance: str = "",
+        evidence_refs: Iterable[str] = (),
+    ) -> Verdict:
+        """A verdict from a plain "fail".
+
+        Args:
+            contract: The task's contract; one result is filled in per criterion.
+            failed_nodes: Node ids to blame.
+            feedback: Text for the re-planner.
+            unmet: The criteria that do not hold (the others are satisfied); ``None`` marks every
+                criterion unsatisfied.
+            unreachable: The goal cannot be reached: status ``failure`` instead of
+                ``replan_required``.
+            guidance: Advice for the re-planner.
+            evidence_refs: References the verdict rests on.
+        """
+        refs = tuple(evidence_refs)
+        unmet_set = set(contract.success_criteria) if unmet is None else set(unmet)
+        results = tuple(
+            CriterionResult(
+                criterion,
+                CriterionStatus.UNSATISFIED
+                if criterion in unmet_set
+                else CriterionStatus.SATISFIED,
+                refs,
+            )
+            for criterion in contract.success_criteria
+        )
+        return cls(
+            VerdictStatus.FAILURE if unreachable else VerdictStatus.REPLAN_REQUIRED,
+            failed_nodes=frozenset(failed_nodes),
+            feedback=feedback,
+            criteria=results,
+            unmet_criteria=tuple(c for c in contract.success_criteria if c in unmet_set),
+            preserved_constraints=contract.constraints,
+            guidance=guidance,
+            evidence_refs=refs,
+        )
+
+    @classmethod
+    def judge(
+        cls,
+        ok: bool,
+        contract: VerificationContract,
+        *,
+        failed_nodes: Iterable[str] = (),
+        feedback: str = "",
+        evidence_refs: Iterable[str] = (),
+    ) -> Verdict:
+        """A verdict from a boolean judgement: :meth:`passed` if ``ok``, else :meth:`failed`."""
+        if ok:
+            return cls.passed(contract, evidence_refs=evidence_refs, feedback=feedback)
+        return cls.failed(
+            contract, failed_nodes=failed_nodes, feedback=feedback, evidence_refs=evidence_refs
+        )
+
+
+def passes(verdict: Verdict | None, reliability: Reliability | None) -> bool:
+    """True iff the verdict's status is ``success`` and its reliability is ``ok``."""
+    return (
+        verdict is not None
+        and reliability is Reliability.OK
+        and verdict.status is VerdictStatus.SUCCESS
+    )
