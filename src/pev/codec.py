@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, Union, cast
 
 from pev.errors import CodecError, PevError
-from pev.model._json import JsonObject, JsonValue, canonical_json, freeze_json
+from pev._json import JsonObject, JsonValue, canonical_json, freeze_json
 
 __all__ = ["decode", "dumps", "encode", "loads"]
 

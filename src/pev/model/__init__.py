@@ -14,7 +14,7 @@ from pev.model._evidence import (
     record_ref,
 )
 from pev.model._ids import EvidenceId, RecordId, TaskId
-from pev.model._json import (
+from pev._json import (
     JsonObject,
     JsonValue,
     canonical_json,

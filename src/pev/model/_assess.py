@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pev.codec import decode, encode
 from pev.errors import CodecError
 from pev.model._contract import VerificationContract
-from pev.model._json import canonical_json
+from pev._json import canonical_json, freeze_json, thaw_json
 from pev.model._plan import Plan
 from pev.model._verdict import (
     CriterionResult,
@@ -49,12 +49,13 @@ class VerdictCheck:
 def raw_digest(raw: object) -> str:
     """A stable sha256 of a verifier's raw return, whatever its type."""
     if isinstance(raw, str | bytes):
-        data = raw.encode() if isinstance(raw, str) else raw
+        # surrogatepass: a lone surrogate (say from a JSON "\ud800" escape) still has a digest.
+        data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     else:
         try:
-            data = canonical_json(encode(raw)).encode()
-        except (CodecError, TypeError, ValueError):
-            data = repr(raw).encode()
+            data = canonical_json(encode(raw)).encode("utf-8", "surrogatepass")
+        except (CodecError, TypeError, ValueError, RecursionError):
+            data = repr(raw).encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest()
 
 
@@ -103,11 +104,19 @@ def _read(raw: object) -> tuple[Verdict | None, tuple[str, ...]]:
         return raw, ()
     if isinstance(raw, str | bytes | Mapping):
         try:
-            data = raw if isinstance(raw, Mapping) else _parse_json(raw)
+            data = _plain_mapping(raw) if isinstance(raw, Mapping) else _parse_json(raw)
             return decode(data, Verdict), ()
         except CodecError as exc:
             return None, (f"the verifier's output is not a verdict: {exc}",)
     return None, (f"the verifier returned a {type(raw).__name__}, not a Verdict",)
+
+
+def _plain_mapping(raw: Mapping[object, object]) -> object:
+    """Plain dicts and lists for any mapping (a JsonObject, say), as the codec decodes them."""
+    try:
+        return thaw_json(freeze_json(raw))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise CodecError(f"not a JSON object ({exc})") from exc
 
 
 def _parse_json(text: str | bytes) -> object:
@@ -115,7 +124,8 @@ def _parse_json(text: str | bytes) -> object:
 
     try:
         return json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
+    # A verifier's text is untrusted: nesting deep enough to exhaust the stack is malformed too.
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise CodecError(f"unparsable output ({exc})") from exc
 
 
@@ -152,10 +162,19 @@ def _verdict_problems(
         if failed_nodes:
             problems.append(f"status success while blaming nodes: {sorted(failed_nodes)}")
 
-    refs = [*verdict.evidence_refs] if isinstance(verdict.evidence_refs, tuple) else []
-    for result in criteria:
-        refs.extend(result.evidence_refs if isinstance(result.evidence_refs, tuple) else ())
-    unknown_refs = sorted({str(ref) for ref in refs if ref not in known_refs})
+    refs: list[object] = []
+    for owner, cited in [
+        ("the verdict", verdict.evidence_refs),
+        *((f"criterion {r.criterion!r}", r.evidence_refs) for r in criteria),
+    ]:
+        if isinstance(cited, tuple):
+            refs.extend(cited)
+        else:
+            problems.append(f"{owner}: evidence_refs must be a list of references")
+    # A junk reference may be unhashable: only strings are looked up.
+    unknown_refs = sorted(
+        {str(ref) for ref in refs if not isinstance(ref, str) or ref not in known_refs}
+    )
     if unknown_refs:
         problems.append(f"cites evidence references that do not exist in this task: {unknown_refs}")
     return tuple(problems)

@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from pev.model._ids import EvidenceId
-from pev.model._json import JsonValue, freeze_json
+from pev._json import JsonValue, freeze_json
 
 __all__ = [
     "Evidence",

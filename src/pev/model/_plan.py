@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from pev.errors import PlanError
-from pev.model._json import JsonObject, JsonValue, freeze_json, is_json_object, json_type_name
+from pev._json import JsonObject, JsonValue, freeze_json, is_json_object, json_type_name
 
 __all__ = [
     "DEFAULT_MAX_NODES",
@@ -203,14 +204,15 @@ def plan_problems(
         )
 
     ids = [node.id for node in plan.nodes]
-    known = set(ids)
-    reported_duplicates: set[str] = set()
-    for node_id in ids:
-        if ids.count(node_id) > 1 and node_id not in reported_duplicates:
-            reported_duplicates.add(node_id)
-            problems.append(
-                f"node id {node_id!r} is used by {ids.count(node_id)} nodes; ids must be unique"
-            )
+    # A non-string id (reported per node) may be unhashable; only strings can be referenced.
+    known = {node_id for node_id in ids if isinstance(node_id, str)}
+    # Counted once (not ids.count per id), so a plan of many nodes is checked in linear time.
+    id_counts = Counter(node_id for node_id in ids if isinstance(node_id, str))
+    problems.extend(
+        f"node id {node_id!r} is used by {count} nodes; ids must be unique"
+        for node_id, count in id_counts.items()
+        if count > 1
+    )
     for node in plan.nodes:
         problems.extend(_node_problems(node, known, tools))
     problems.extend(_cycle_problems(plan.nodes, known))
@@ -262,7 +264,11 @@ def _node_problems(
         )
 
     if not is_json_object(node.args):
-        yield f"{where}: args must be a JSON object, got a {type(node.args).__name__}"
+        if isinstance(node.args, Mapping):
+            keys = sorted(repr(key) for key in node.args if not isinstance(key, str))
+            yield f"{where}: args keys must be strings, found {', '.join(keys)}"
+        else:
+            yield f"{where}: args must be a JSON object, got a {type(node.args).__name__}"
         return
     try:
         freeze_json(node.args, path="args")
@@ -276,11 +282,18 @@ def _node_problems(
 
 def _ref_problems(where: str, node: PlanNode, after_ok: bool) -> Iterator[str]:
     deps = set(node.after) if after_ok else set()
-    for ref in _all_ref_values(node.args):
-        if not isinstance(ref, str) or not ref:
+    for ref_object in _ref_objects(node.args):
+        if len(ref_object) != 1:
+            yield (
+                f"{where}: a $ref object must hold only the '$ref' key, "
+                f"found keys {sorted(ref_object)}"
+            )
+            continue
+        ref = ref_object[REF_KEY]
+        target = ref.split(".", 1)[0] if isinstance(ref, str) else ""
+        if not target:
             yield f"{where}: a $ref must be a node id string, got {ref!r}"
             continue
-        target = ref.split(".", 1)[0]
         if target not in deps:
             yield (
                 f"{where}: $ref {ref!r} points at {target!r}, which is not among its after ids; "
@@ -288,17 +301,17 @@ def _ref_problems(where: str, node: PlanNode, after_ok: bool) -> Iterator[str]:
             )
 
 
-def _all_ref_values(value: object) -> Iterator[object]:
-    """Every value stored under a ``$ref`` key, well-formed or not."""
+def _ref_objects(value: object) -> Iterator[Mapping[str, object]]:
+    """Every object holding a ``$ref`` key, well-formed or not."""
     if isinstance(value, Mapping):
         if REF_KEY in value:
-            yield value[REF_KEY] if len(value) == 1 else f"<$ref with extra keys {sorted(value)}>"
+            yield value
             return
         for item in value.values():
-            yield from _all_ref_values(item)
+            yield from _ref_objects(item)
     elif isinstance(value, list | tuple):
         for item in value:
-            yield from _all_ref_values(item)
+            yield from _ref_objects(item)
 
 
 def _signature_problems(where: str, args: Mapping[str, JsonValue], spec: ToolSpec) -> Iterator[str]:
@@ -331,8 +344,10 @@ def _is_ref(value: object) -> bool:
 def _cycle_problems(nodes: tuple[PlanNode, ...], known: set[str]) -> Iterator[str]:
     graph: dict[str, tuple[str, ...]] = {}
     for node in nodes:
-        if isinstance(node.after, tuple) and node.id not in graph:
-            graph[node.id] = tuple(dep for dep in node.after if dep in known)
+        if isinstance(node.id, str) and isinstance(node.after, tuple) and node.id not in graph:
+            graph[node.id] = tuple(
+                dep for dep in node.after if isinstance(dep, str) and dep in known
+            )
     white, grey, black = 0, 1, 2
     color = dict.fromkeys(graph, white)
     reported: set[frozenset[str]] = set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal, TypeAlias
 
-from pev.model._json import JsonValue, freeze_json
+from pev._json import JsonValue, freeze_json
 
 __all__ = ["DeviceFailure", "NodeResult", "Success", "VerifierFailure"]
 

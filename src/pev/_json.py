@@ -29,13 +29,23 @@ JsonValue: TypeAlias = "bool | int | float | str | tuple[JsonValue, ...] | JsonO
 
 
 class JsonObject(Mapping[str, "JsonValue"]):
-    """A read-only, hashable JSON object: plan args, tool outputs, evidence payloads."""
+    """A read-only, hashable JSON object: plan args, tool outputs, evidence payloads.
 
-    __slots__ = ("_hash", "_items")
+    Equality is JSON equality (the canonical texts are compared), so it agrees with the hash:
+    an array equals it whether held as a tuple or a list, and ``1``, ``1.0`` and ``true`` differ.
+    """
+
+    __slots__ = ("_hash", "_items", "_text")
 
     def __init__(self, items: Mapping[str, JsonValue] | None = None) -> None:
         self._items: dict[str, JsonValue] = dict(items) if items else {}
         self._hash: int | None = None
+        self._text: str | None = None
+
+    def _canonical(self) -> str:
+        if self._text is None:
+            self._text = canonical_json(self)
+        return self._text
 
     def __getitem__(self, key: str) -> JsonValue:
         return self._items[key]
@@ -48,13 +58,24 @@ class JsonObject(Mapping[str, "JsonValue"]):
 
     def __hash__(self) -> int:
         if self._hash is None:
-            self._hash = hash(canonical_json(self))
+            self._hash = hash(self._canonical())
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Mapping):
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        # Python's == would call 1, 1.0 and True equal while their canonical texts (and so the
+        # hashes) differ; comparing the texts keeps equality and hashing consistent.
+        try:
+            theirs = (
+                other._canonical()
+                if isinstance(other, JsonObject)
+                else canonical_json(freeze_json(other))
+            )
+            return self._canonical() == theirs
+        except (TypeError, ValueError):
+            # Something JSON cannot hold (only possible when built unfrozen): compare as Python.
             return self._items == dict(other)
-        return NotImplemented
 
     def __repr__(self) -> str:
         return f"JsonObject({self._items!r})"

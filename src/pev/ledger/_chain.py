@@ -1,0 +1,156 @@
+"""The hash chain over a task's events, and the check that finds the first bad one (SPEC §5.2)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pev import codec
+from pev.errors import PevError
+from pev.ledger._events import SCHEMA_VERSION, Event, LedgerEntry
+from pev.model import TaskId, canonical_json
+
+__all__ = ["GENESIS_HASH", "ChainReport", "entry_hash", "seal", "verify_chain"]
+
+GENESIS_HASH = "0" * 64
+"""The ``prev_hash`` of a task's first event."""
+
+
+def entry_hash(
+    *, task_id: str, seq: int, at: datetime, schema: int, event: object, prev_hash: str
+) -> str:
+    """The sha256 of one entry: its task, place, time, schema, event and predecessor's hash."""
+    body = {
+        "at": codec.encode(at),
+        "event": codec.encode(event),
+        "prev": prev_hash,
+        "schema": schema,
+        "seq": seq,
+        "task": task_id,
+    }
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def seal(
+    task_id: TaskId, events: Sequence[Event], *, after_seq: int, prev_hash: str, at: datetime
+) -> tuple[LedgerEntry, ...]:
+    """Wrap events as entries that continue a chain whose head is ``(after_seq, prev_hash)``."""
+    entries: list[LedgerEntry] = []
+    for offset, event in enumerate(events, start=1):
+        seq = after_seq + offset
+        digest = entry_hash(
+            task_id=task_id,
+            seq=seq,
+            at=at,
+            schema=SCHEMA_VERSION,
+            event=event,
+            prev_hash=prev_hash,
+        )
+        entries.append(
+            LedgerEntry(
+                task_id=task_id,
+                seq=seq,
+                at=at,
+                schema=SCHEMA_VERSION,
+                event=event,
+                prev_hash=prev_hash,
+                hash=digest,
+            )
+        )
+        prev_hash = digest
+    return tuple(entries)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainReport:
+    """The result of checking one task's ledger.
+
+    Attributes:
+        task_id: The task checked.
+        ok: The chain is whole and every event folds.
+        events: How many events were read.
+        first_bad_seq: The first event that is changed, missing or out of order (``None`` if ok).
+        problem: What is wrong with it, in words.
+    """
+
+    task_id: str
+    ok: bool
+    events: int
+    first_bad_seq: int | None = None
+    problem: str = ""
+
+
+def verify_chain(
+    task_id: str,
+    entries: Sequence[LedgerEntry],
+    *,
+    head_count: int | None = None,
+    head_hash: str | None = None,
+) -> ChainReport:
+    """Check a task's entries: sequence, links, hashes, and the index's head.
+
+    Args:
+        task_id: The task the entries must belong to.
+        entries: The stored entries, in the order the store returned them.
+        head_count: The event count the task index recorded, when there is an index.
+        head_hash: The head hash the task index recorded.
+
+    Returns:
+        A report naming the first bad event; an edited, dropped (even the last) or reordered
+        event is always caught. Folding the events is checked by :func:`pev.ledger.verify`.
+    """
+    prev_hash = GENESIS_HASH
+    for expected_seq, entry in enumerate(entries, start=1):
+        problem = _entry_problem(task_id, entry, expected_seq, prev_hash)
+        if problem:
+            return ChainReport(
+                task_id=task_id,
+                ok=False,
+                events=len(entries),
+                first_bad_seq=expected_seq,
+                problem=problem,
+            )
+        prev_hash = entry.hash
+    count = len(entries)
+    if head_count is not None and head_count != count:
+        return ChainReport(
+            task_id=task_id,
+            ok=False,
+            events=count,
+            first_bad_seq=min(head_count, count) + 1,
+            problem=f"the task index records {head_count} events but the log holds {count}",
+        )
+    if head_hash is not None and head_hash != prev_hash:
+        return ChainReport(
+            task_id=task_id,
+            ok=False,
+            events=count,
+            first_bad_seq=count,
+            problem="the last event's hash differs from the head hash in the task index",
+        )
+    return ChainReport(task_id=task_id, ok=True, events=count)
+
+
+def _entry_problem(task_id: str, entry: LedgerEntry, expected_seq: int, prev_hash: str) -> str:
+    if entry.task_id != task_id:
+        return f"event {entry.seq} belongs to task {entry.task_id}, not {task_id}"
+    if entry.seq != expected_seq:
+        return f"expected event {expected_seq} here, found event {entry.seq} (dropped or reordered)"
+    if entry.prev_hash != prev_hash:
+        return f"event {entry.seq} does not link to the event before it (dropped or reordered)"
+    try:
+        actual = entry_hash(
+            task_id=entry.task_id,
+            seq=entry.seq,
+            at=entry.at,
+            schema=entry.schema,
+            event=entry.event,
+            prev_hash=entry.prev_hash,
+        )
+    except PevError as exc:
+        return f"event {entry.seq} cannot be encoded: {exc}"
+    if actual != entry.hash:
+        return f"event {entry.seq} was changed after it was written (its hash does not match)"
+    return ""

@@ -1,0 +1,374 @@
+"""The events of a task's ledger (SPEC §5.2).
+
+Each event is a frozen value carrying everything it is about in full, so that :func:`replay`
+alone rebuilds the task. Events are wrapped in a :class:`LedgerEntry` (sequence number, time,
+schema version, hash chain) when they are written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import ClassVar, Literal, TypeAlias
+
+from pev.kernel import Decision, Diagnosis, GlobalReplan, LocalReplan, TaskStatus, TerminalReason
+from pev.model import (
+    Evidence,
+    EvidencePhase,
+    ExecutionRecord,
+    JsonObject,
+    JsonValue,
+    NodeResult,
+    Plan,
+    RecordId,
+    RecordStatus,
+    Reliability,
+    TaskId,
+    Verdict,
+    VerificationContract,
+)
+from pev.policy import RecoveryPolicy
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AwaitingReplan",
+    "CancelRequested",
+    "CaptureFailed",
+    "Diagnosed",
+    "Dispatched",
+    "Event",
+    "EvidenceCaptured",
+    "LedgerEntry",
+    "NodeDispatched",
+    "NodeFinished",
+    "NodeProgressed",
+    "NodeSkipped",
+    "PlanRejected",
+    "RecordReconciled",
+    "ReplanStarted",
+    "RevisionKind",
+    "RevisionStarted",
+    "RoundExecuted",
+    "TaskCreated",
+    "TaskFinished",
+    "Usage",
+    "VerdictRecorded",
+]
+
+SCHEMA_VERSION = 1
+"""The version of the event schema this pev writes and reads."""
+
+
+class RevisionKind(StrEnum):
+    """How a revision's plan came about."""
+
+    INITIAL = "initial"
+    LOCAL = "local"
+    GLOBAL = "global"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Which model produced a plan or verdict, and what it cost (never credentials)."""
+
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskCreated:
+    """A task exists: its input, contract and policy, and how to rebuild its components.
+
+    Attributes:
+        task_id: The task's one stable id.
+        input: What the task was asked to do (JSON).
+        contract: The verification contract.
+        policy: The recovery policy.
+        components: Import paths (``module:attribute``) of the planner, executor, verifier and
+            observer where they have them, so another process can resume the task.
+        task_deadline: When the whole task must be over, if ``task_timeout_s`` is set.
+    """
+
+    kind: ClassVar[Literal["task_created"]] = "task_created"
+    task_id: TaskId
+    input: JsonValue
+    contract: VerificationContract
+    policy: RecoveryPolicy
+    components: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    task_deadline: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplanStarted:
+    """A replan passed the three valves and the planner is asked again; consumes one replan."""
+
+    kind: ClassVar[Literal["replan_started"]] = "replan_started"
+    planning: RevisionKind
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RevisionStarted:
+    """A plan was accepted and becomes revision ``number`` (immutable from now on).
+
+    Attributes:
+        number: 1, 2, 3, ... with no gaps.
+        revision_kind: ``initial``, ``local`` or ``global``.
+        reason: Why this revision exists (the diagnosis detail, or "initial plan").
+        plan: The full plan: for a local replan, kept nodes plus redone ones.
+        feedback: The feedback the planner was given.
+        lessons: The lessons given to the planner as advice.
+        redo: For a local replan, the nodes to dispatch again; empty means all of them.
+        usage: The model behind the plan, when an LLM produced it.
+    """
+
+    kind: ClassVar[Literal["revision_started"]] = "revision_started"
+    number: int
+    revision_kind: RevisionKind
+    reason: str
+    plan: Plan
+    feedback: str = ""
+    lessons: tuple[str, ...] = ()
+    redo: frozenset[str] = frozenset()
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRejected:
+    """A plan was refused before anything ran; it is not a revision.
+
+    Attributes:
+        planning: What the planner was asked for.
+        attempt: Which planner call this was (1 for the first).
+        problems: Every problem found.
+        plan: The plan as returned, when there was one.
+        usage: The model behind the plan, when an LLM produced it.
+    """
+
+    kind: ClassVar[Literal["plan_rejected"]] = "plan_rejected"
+    planning: RevisionKind
+    attempt: int
+    problems: tuple[str, ...]
+    plan: Plan | None = None
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeDispatched:
+    """A ``pending`` execution record, committed before the tool is called."""
+
+    kind: ClassVar[Literal["node_dispatched"]] = "node_dispatched"
+    record: ExecutionRecord
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeProgressed:
+    """The tool reported progress: ``accepted`` (not completed!) or ``running``."""
+
+    kind: ClassVar[Literal["node_progressed"]] = "node_progressed"
+    record_id: RecordId
+    status: RecordStatus
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeFinished:
+    """A record reached its terminal status; it never changes again.
+
+    Attributes:
+        record_id: The record.
+        status: ``succeeded``, ``failed``, ``cancelled`` or ``unknown``.
+        result: The node's result; ``None`` only for a record cancelled before it produced one.
+        at: When.
+        settled_on_resume: The record was left unfinished by a crash and settled on resume.
+    """
+
+    kind: ClassVar[Literal["node_finished"]] = "node_finished"
+    record_id: RecordId
+    status: RecordStatus
+    result: NodeResult | None
+    at: datetime
+    settled_on_resume: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSkipped:
+    """A node was not dispatched this round because a dependency did not succeed."""
+
+    kind: ClassVar[Literal["node_skipped"]] = "node_skipped"
+    revision: int
+    node_id: str
+    blocked_by: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordReconciled:
+    """A later observation established what an ``unknown`` record really did.
+
+    The record itself is never rewritten; this event settles it.
+    """
+
+    kind: ClassVar[Literal["record_reconciled"]] = "record_reconciled"
+    record_id: RecordId
+    result: NodeResult
+    evidence_refs: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvidenceCaptured:
+    """An observer captured an observation."""
+
+    kind: ClassVar[Literal["evidence_captured"]] = "evidence_captured"
+    evidence: Evidence
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaptureFailed:
+    """An observer failed to capture an observation."""
+
+    kind: ClassVar[Literal["capture_failed"]] = "capture_failed"
+    revision: int
+    phase: EvidencePhase
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundExecuted:
+    """Every dispatchable node of the revision reached a terminal record (or was skipped)."""
+
+    kind: ClassVar[Literal["round_executed"]] = "round_executed"
+    revision: int
+    executed_ok: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerdictRecorded:
+    """What the verifier returned and how far the engine trusts it.
+
+    Attributes:
+        revision: The revision verified.
+        verdict: The verdict, when one could be read.
+        reliability: ``ok``, ``thrown``, ``malformed`` or ``inconclusive``.
+        raw_digest: sha256 of the raw return ("" when the verifier raised).
+        problems: Why it is malformed, or the exception when it was thrown.
+        evidence_missing: Required evidence was missing, so the verifier was not called.
+        usage: The model behind the verdict, when an LLM produced it.
+    """
+
+    kind: ClassVar[Literal["verdict_recorded"]] = "verdict_recorded"
+    revision: int
+    verdict: Verdict | None
+    reliability: Reliability | None
+    raw_digest: str = ""
+    problems: tuple[str, ...] = ()
+    evidence_missing: bool = False
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diagnosed:
+    """The root cause of a verdict that did not pass."""
+
+    kind: ClassVar[Literal["diagnosed"]] = "diagnosed"
+    revision: int
+    diagnosis: Diagnosis
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dispatched:
+    """The kernel's decision (with, in audit mode, the shadow recovery decision inside)."""
+
+    kind: ClassVar[Literal["dispatched"]] = "dispatched"
+    revision: int
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AwaitingReplan:
+    """The task waits for a replan, which must begin before ``deadline``.
+
+    Attributes:
+        action: The replan decided on, or ``None`` after a rejected plan.
+        deadline: The replan deadline (now + ``replan_timeout_s``).
+    """
+
+    kind: ClassVar[Literal["awaiting_replan"]] = "awaiting_replan"
+    action: LocalReplan | GlobalReplan | None
+    deadline: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRequested:
+    """Someone asked for the task to stop (possibly from another process)."""
+
+    kind: ClassVar[Literal["cancel_requested"]] = "cancel_requested"
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskFinished:
+    """The task ended; nothing follows this event.
+
+    Attributes:
+        status: ``succeeded``, ``partial``, ``failed`` or ``cancelled``.
+        reason: Why, one of the terminal reasons allowed for the status.
+        outputs: Node id → value of every succeeded node of the final plan.
+        detail: The diagnosis or valve detail behind the reason.
+    """
+
+    kind: ClassVar[Literal["task_finished"]] = "task_finished"
+    status: TaskStatus
+    reason: TerminalReason
+    outputs: Mapping[str, JsonValue] = field(default_factory=JsonObject)
+    detail: str = ""
+
+
+Event: TypeAlias = (
+    TaskCreated
+    | ReplanStarted
+    | RevisionStarted
+    | PlanRejected
+    | NodeDispatched
+    | NodeProgressed
+    | NodeFinished
+    | NodeSkipped
+    | RecordReconciled
+    | EvidenceCaptured
+    | CaptureFailed
+    | RoundExecuted
+    | VerdictRecorded
+    | Diagnosed
+    | Dispatched
+    | AwaitingReplan
+    | CancelRequested
+    | TaskFinished
+)
+"""Every event a ledger can hold."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerEntry:
+    """One stored event: its place in the task's log and its link in the hash chain.
+
+    Attributes:
+        task_id: The task.
+        seq: 1, 2, 3, ... per task, with no gaps.
+        at: When it was written (UTC).
+        schema: The event schema version.
+        event: The event.
+        prev_hash: The previous entry's hash (64 zeros for the first).
+        hash: sha256 over this entry's fields and ``prev_hash``.
+    """
+
+    task_id: TaskId
+    seq: int
+    at: datetime
+    schema: int
+    event: Event
+    prev_hash: str
+    hash: str

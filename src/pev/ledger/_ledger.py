@@ -1,0 +1,250 @@
+"""The ledger: the I/O shell that folds, seals and appends events through a store.
+
+Every write goes through :meth:`Ledger.append`: the events are folded onto the task's current
+state first (an event the state does not allow raises :class:`~pev.errors.StateError` and nothing
+is written), then sealed into the hash chain and appended in one durable transaction with the
+task's new index row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pev.errors import ConflictError, LedgerCorruptError, StateError, UnknownTaskError
+from pev.ledger._chain import GENESIS_HASH, ChainReport, seal, verify_chain
+from pev.ledger._events import Event, LedgerEntry
+from pev.ledger._machine import expire, new_task, request_cancel
+from pev.ledger._state import TaskPhase, TaskState, apply
+from pev.ledger._store import Store
+from pev.ledger._summary import TaskSummary, summarize
+from pev.model import JsonValue, TaskId, VerificationContract, VerificationMode
+from pev.policy import RecoveryPolicy
+
+__all__ = ["Ledger", "new_task_id", "utc_now"]
+
+
+def utc_now() -> datetime:
+    """The current time, UTC."""
+    return datetime.now(UTC)
+
+
+def new_task_id() -> TaskId:
+    """A fresh task id: a random UUID, as text."""
+    return TaskId(str(uuid.uuid4()))
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    state: TaskState
+    seq: int
+    hash: str
+
+
+class Ledger:
+    """Append-only task ledgers over a :class:`Store`.
+
+    Args:
+        store: Where the events are kept.
+        clock: Returns the current UTC time; injected so tests and replays control time.
+    """
+
+    def __init__(self, store: Store, *, clock: Callable[[], datetime] = utc_now) -> None:
+        self._store = store
+        self._clock = clock
+        self._heads: dict[str, _Head] = {}
+
+    @property
+    def store(self) -> Store:
+        """The store the ledger writes to."""
+        return self._store
+
+    async def create(
+        self,
+        input: JsonValue,  # noqa: A002 - SPEC's name for what the task is asked to do
+        *,
+        contract: VerificationContract | None = None,
+        policy: RecoveryPolicy | None = None,
+        components: Mapping[str, str] | None = None,
+        task_id: str | None = None,
+    ) -> TaskState:
+        """Create a task and write its ``task_created`` event.
+
+        Args:
+            input: What the task is asked to do (JSON).
+            contract: Its verification contract; by default verification is ``off``.
+            policy: Its recovery policy.
+            components: Import paths of its planner, executor, verifier and observer.
+            task_id: Its id; a fresh UUID by default.
+
+        Raises:
+            ConflictError: A task with that id already exists.
+        """
+        created = new_task(
+            TaskId(task_id) if task_id is not None else new_task_id(),
+            input=input,
+            contract=contract or VerificationContract(VerificationMode.OFF),
+            policy=policy or RecoveryPolicy(),
+            now=self._clock(),
+            components=components,
+        )
+        return await self._write(None, created.task_id, (created,), after_seq=0, prev=GENESIS_HASH)
+
+    async def state(self, task_id: str) -> TaskState:
+        """The task's current state, read through (new events are folded onto a cached state).
+
+        Raises:
+            UnknownTaskError: No task has that id.
+        """
+        return (await self._head(task_id)).state
+
+    async def _head(self, task_id: str) -> _Head:
+        head = self._heads.get(task_id)
+        entries = await self._store.read(task_id, after=head.seq if head else 0)
+        for entry in entries:
+            state = apply(head.state if head else None, entry.event, at=entry.at)
+            head = _Head(state, entry.seq, entry.hash)
+        if head is None:
+            raise UnknownTaskError(task_id)
+        self._heads[task_id] = head
+        return head
+
+    async def append(self, task_id: str, events: Sequence[Event]) -> TaskState:
+        """Append events to a task in one durable transaction, and return the new state.
+
+        Raises:
+            StateError: An event is not allowed where the task stands; nothing was written.
+            ConflictError: Another writer appended first; re-read the state and decide again.
+        """
+        head = await self._head(task_id)
+        return await self._write(head.state, task_id, events, after_seq=head.seq, prev=head.hash)
+
+    async def _write(
+        self,
+        state: TaskState | None,
+        task_id: str,
+        events: Sequence[Event],
+        *,
+        after_seq: int,
+        prev: str,
+    ) -> TaskState:
+        if not events and state is not None:
+            return state
+        at = self._clock()
+        new_state = state
+        for event in events:
+            new_state = apply(new_state, event, at=at)
+        if new_state is None:
+            raise StateError("nothing to write", task_id=task_id, state="none")
+        entries = seal(new_state.task_id, events, after_seq=after_seq, prev_hash=prev, at=at)
+        summary = summarize(new_state, head_hash=entries[-1].hash)
+        try:
+            await self._store.append(entries, summary)
+        except ConflictError:
+            self._heads.pop(task_id, None)
+            raise
+        self._heads[task_id] = _Head(new_state, entries[-1].seq, entries[-1].hash)
+        return new_state
+
+    async def entries(self, task_id: str) -> tuple[LedgerEntry, ...]:
+        """Every stored entry of the task, in order.
+
+        Raises:
+            UnknownTaskError: No task has that id.
+        """
+        return await self._store.read(task_id)
+
+    async def tasks(
+        self, *, phases: Collection[TaskPhase] | None = None, limit: int = 100, offset: int = 0
+    ) -> tuple[TaskSummary, ...]:
+        """Index rows of tasks, newest first, optionally only those in ``phases``."""
+        return await self._store.list_tasks(phases=phases, limit=limit, offset=offset)
+
+    async def cancel(self, task_id: str, *, reason: str = "") -> TaskState:
+        """Ask a task to stop; a task that has ended is returned unchanged.
+
+        Works from any process: it writes a ``cancel_requested`` event that the engine driving
+        the task sees.
+        """
+        for _ in range(_CONFLICT_RETRIES):
+            state = await self.state(task_id)
+            events = request_cancel(state, reason=reason)
+            if not events:
+                return state
+            try:
+                return await self.append(task_id, events)
+            except ConflictError:
+                continue
+        return await self.state(task_id)
+
+    async def expire_overdue(self, now: datetime | None = None) -> tuple[TaskId, ...]:
+        """End ``failed``/``replan_deadline_expired`` every task whose replan deadline passed.
+
+        Returns:
+            The ids of the tasks it ended.
+        """
+        moment = now if now is not None else self._clock()
+        expired: list[TaskId] = []
+        for task_id in await self._store.overdue(moment):
+            state = await self.state(task_id)
+            events = expire(state, now=moment)
+            if not events:
+                continue
+            try:
+                await self.append(task_id, events)
+            except (ConflictError, StateError):
+                continue  # another writer moved the task on; its own rules apply
+            expired.append(task_id)
+        return tuple(expired)
+
+    async def verify(self, task_id: str) -> ChainReport:
+        """Check a task's stored ledger: hash chain, index head, and that every event folds.
+
+        Returns:
+            A report; an edited, dropped (the last one too) or reordered event names the first
+            bad sequence number.
+
+        Raises:
+            UnknownTaskError: No task has that id.
+        """
+        summary = await self._store.summary(task_id)
+        try:
+            entries = await self._store.read(task_id)
+        except LedgerCorruptError as exc:
+            return ChainReport(
+                task_id=task_id,
+                ok=False,
+                events=summary.event_count if summary else 0,
+                first_bad_seq=exc.seq,
+                problem=str(exc),
+            )
+        report = verify_chain(
+            task_id,
+            entries,
+            head_count=summary.event_count if summary else None,
+            head_hash=summary.head_hash if summary else None,
+        )
+        if not report.ok:
+            return report
+        state: TaskState | None = None
+        for entry in entries:
+            try:
+                state = apply(state, entry.event, at=entry.at)
+            except StateError as exc:
+                return ChainReport(
+                    task_id=task_id,
+                    ok=False,
+                    events=len(entries),
+                    first_bad_seq=entry.seq,
+                    problem=f"event {entry.seq} does not fit the task's history: {exc}",
+                )
+        return report
+
+    def forget(self, task_id: str) -> None:
+        """Drop the cached state of a task, so the next read folds it from the store."""
+        self._heads.pop(task_id, None)
+
+
+_CONFLICT_RETRIES = 5

@@ -1,0 +1,256 @@
+"""The task state machine's transitions as pure functions: state + input → events to append.
+
+Each function decides which events a step writes, checking the rules of SPEC §4 and §5.3 (the
+three valves of a new revision, rejected plans and the budget, deadlines, cancellation). None of
+them writes anything: the :class:`~pev.ledger.Ledger` appends what they return in one
+transaction, so a step is either wholly in the ledger or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import assert_never
+
+from pev.errors import StateError
+from pev.kernel import Decision, Finish, GlobalReplan, LocalReplan, TaskStatus, TerminalReason
+from pev.ledger._events import (
+    AwaitingReplan,
+    CancelRequested,
+    Dispatched,
+    Event,
+    PlanRejected,
+    ReplanStarted,
+    RevisionKind,
+    TaskCreated,
+    TaskFinished,
+    Usage,
+)
+from pev.ledger._queries import outputs
+from pev.ledger._state import TaskPhase, TaskState
+from pev.model import (
+    JsonValue,
+    Plan,
+    RecordStatus,
+    TaskId,
+    VerificationContract,
+    VerificationMode,
+    freeze_json,
+)
+from pev.policy import RecoveryPolicy
+
+__all__ = [
+    "begin_replan",
+    "cancel_outcome",
+    "dispatch",
+    "expire",
+    "finish",
+    "new_task",
+    "reject_plan",
+    "request_cancel",
+]
+
+
+def new_task(
+    task_id: TaskId,
+    *,
+    input: JsonValue,  # noqa: A002 - SPEC's name for what the task is asked to do
+    contract: VerificationContract,
+    policy: RecoveryPolicy,
+    now: datetime,
+    components: Mapping[str, str] | None = None,
+) -> TaskCreated:
+    """The creation event of a task; its deadline is ``now + task_timeout_s`` when set."""
+    deadline = (
+        now + timedelta(seconds=policy.task_timeout_s)
+        if policy.task_timeout_s is not None
+        else None
+    )
+    return TaskCreated(
+        task_id=task_id,
+        input=freeze_json(input, path="input"),
+        contract=contract,
+        policy=policy,
+        components=MappingProxyType(dict(components or {})),
+        task_deadline=deadline,
+    )
+
+
+def finish(
+    state: TaskState, status: TaskStatus, reason: TerminalReason, *, detail: str = ""
+) -> TaskFinished:
+    """The final event, with the outputs of every succeeded node of the current plan."""
+    return TaskFinished(
+        status=status, reason=reason, outputs=MappingProxyType(outputs(state)), detail=detail
+    )
+
+
+def begin_replan(state: TaskState, *, now: datetime) -> tuple[Event, ...]:
+    """Pass the three valves of a new revision, in order (SPEC §5.3).
+
+    1. the task is ``awaiting_replan``, else :class:`StateError` and nothing is written;
+    2. ``replans_used < max_replans``, else the task ends failed/replan_budget_exhausted;
+    3. the replan deadline has not passed, else it ends failed/replan_deadline_expired.
+
+    Returns:
+        ``(ReplanStarted,)`` when all three pass, else ``(TaskFinished,)``.
+
+    Raises:
+        StateError: The task is not awaiting a replan (a terminal task stays as it is).
+    """
+    if state.phase is not TaskPhase.AWAITING_REPLAN:
+        raise StateError(
+            f"task {state.task_id} is {state.phase}, not awaiting_replan: a new revision can "
+            "only begin after a replan decision or a rejected plan",
+            task_id=state.task_id,
+            state=state.phase,
+        )
+    policy = state.policy
+    if state.replans_used >= policy.max_replans:
+        return (
+            finish(
+                state,
+                TaskStatus.FAILED,
+                TerminalReason.REPLAN_BUDGET_EXHAUSTED,
+                detail=f"all {policy.max_replans} replans are spent",
+            ),
+        )
+    if _past(now, state.replan_deadline):
+        return (_deadline_expired(state),)
+    return (ReplanStarted(planning=_replan_kind(state), attempt=state.planner_calls + 1),)
+
+
+def _replan_kind(state: TaskState) -> RevisionKind:
+    action = state.replan_action
+    match action:
+        case LocalReplan():
+            return RevisionKind.LOCAL
+        case GlobalReplan():
+            return RevisionKind.GLOBAL
+        case None:
+            return RevisionKind.INITIAL if not state.revisions else RevisionKind.GLOBAL
+        case _:
+            assert_never(action)
+
+
+def reject_plan(
+    state: TaskState,
+    *,
+    problems: Sequence[str],
+    plan: Plan | None,
+    now: datetime,
+    usage: Usage | None = None,
+) -> tuple[Event, ...]:
+    """Record a refused plan and what follows (SPEC §4).
+
+    In recovery mode a rejection is fed back to the planner and costs one replan: the task
+    awaits a replan while budget is left, else it ends failed/invalid_plan. In the other modes the
+    first rejection ends failed/invalid_plan.
+
+    Raises:
+        StateError: The task is not planning.
+    """
+    if state.phase is not TaskPhase.PLANNING or state.planning is None:
+        raise StateError(
+            f"task {state.task_id} is {state.phase}: only a plan being made can be rejected",
+            task_id=state.task_id,
+            state=state.phase,
+        )
+    rejected = PlanRejected(
+        planning=state.planning,
+        attempt=state.planner_calls,
+        problems=tuple(problems),
+        plan=plan,
+        usage=usage,
+    )
+    can_retry = (
+        state.contract.mode is VerificationMode.RECOVERY
+        and state.replans_used < state.policy.max_replans
+    )
+    if can_retry:
+        deadline = now + timedelta(seconds=state.policy.replan_timeout_s)
+        return rejected, AwaitingReplan(action=state.replan_action, deadline=deadline)
+    detail = f"plan rejected: {'; '.join(problems)}" if problems else "plan rejected"
+    return rejected, finish(state, TaskStatus.FAILED, TerminalReason.INVALID_PLAN, detail=detail)
+
+
+def dispatch(state: TaskState, decision: Decision, *, now: datetime) -> tuple[Event, ...]:
+    """Record the kernel's decision and what follows: the task ends, or awaits a replan.
+
+    Raises:
+        StateError: The task is not verifying a revision.
+    """
+    revision = state.revision
+    if state.phase is not TaskPhase.VERIFYING or revision is None:
+        raise StateError(
+            f"task {state.task_id} is {state.phase}: decisions follow verification",
+            task_id=state.task_id,
+            state=state.phase,
+        )
+    dispatched = Dispatched(revision=revision.number, decision=decision)
+    match decision:
+        case Finish(status=status, reason=reason, detail=detail):
+            return dispatched, finish(state, status, reason, detail=detail)
+        case LocalReplan() | GlobalReplan():
+            deadline = now + timedelta(seconds=state.policy.replan_timeout_s)
+            return dispatched, AwaitingReplan(action=decision, deadline=deadline)
+        case _:
+            assert_never(decision)
+
+
+def expire(state: TaskState, *, now: datetime) -> tuple[Event, ...]:
+    """Fail a task whose replan deadline has passed; ``()`` for any other task."""
+    waiting = state.phase in (TaskPhase.AWAITING_REPLAN, TaskPhase.PLANNING)
+    if waiting and _past(now, state.replan_deadline):
+        return (_deadline_expired(state),)
+    return ()
+
+
+def request_cancel(state: TaskState, *, reason: str = "") -> tuple[Event, ...]:
+    """Ask a task to stop; ``()`` for a task that has ended or is already cancelling.
+
+    A task that waits for a replan has no work in flight, so it ends ``cancelled`` at once;
+    otherwise the engine driving it stops dispatching and ends it (see :func:`cancel_outcome`).
+    """
+    if state.terminal or state.cancel_requested:
+        return ()
+    requested = CancelRequested(reason=reason)
+    if state.phase is TaskPhase.AWAITING_REPLAN:
+        return requested, finish(
+            state, TaskStatus.CANCELLED, TerminalReason.CANCELLED, detail=reason
+        )
+    return (requested,)
+
+
+def cancel_outcome(state: TaskState) -> TaskFinished:
+    """How a cancelled task ends: ``cancelled``, or ``failed`` if an action's outcome is unknown.
+
+    Only records of the current revision count: they are the ones the cancel interrupted.
+    """
+    revision = state.revision.number if state.revision else 0
+    left_unknown = any(
+        record.status is RecordStatus.UNKNOWN
+        and record.revision == revision
+        and record.id not in state.reconciled
+        for record in state.records.values()
+    )
+    status = TaskStatus.FAILED if left_unknown else TaskStatus.CANCELLED
+    detail = state.cancel_reason or ""
+    if left_unknown:
+        detail = (detail + "; " if detail else "") + "an action's outcome is unknown"
+    return finish(state, status, TerminalReason.CANCELLED, detail=detail)
+
+
+def _past(now: datetime, deadline: datetime | None) -> bool:
+    return deadline is not None and now >= deadline
+
+
+def _deadline_expired(state: TaskState) -> TaskFinished:
+    deadline = state.replan_deadline.isoformat() if state.replan_deadline else "?"
+    return finish(
+        state,
+        TaskStatus.FAILED,
+        TerminalReason.REPLAN_DEADLINE_EXPIRED,
+        detail=f"no new revision began before the replan deadline {deadline}",
+    )

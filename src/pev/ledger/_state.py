@@ -1,0 +1,456 @@
+"""A task's state as a pure fold over its events (SPEC §5.1, §5.2).
+
+``apply(state, event)`` returns the next state or raises :class:`~pev.errors.StateError` when the
+event is not allowed where the task stands; ``replay(entries)`` folds a whole ledger. Nothing here
+reads a clock or does I/O: times come from the entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, NoReturn, assert_never
+
+from pev.errors import StateError
+from pev.kernel import GlobalReplan, LocalReplan, TaskStatus, outcome_allowed
+from pev.ledger._events import (
+    AwaitingReplan,
+    CancelRequested,
+    CaptureFailed,
+    Diagnosed,
+    Dispatched,
+    Event,
+    EvidenceCaptured,
+    LedgerEntry,
+    NodeDispatched,
+    NodeFinished,
+    NodeProgressed,
+    NodeSkipped,
+    PlanRejected,
+    RecordReconciled,
+    ReplanStarted,
+    RevisionKind,
+    RevisionStarted,
+    RoundExecuted,
+    TaskCreated,
+    TaskFinished,
+    VerdictRecorded,
+)
+from pev.model import (
+    TERMINAL_RECORD_STATUSES,
+    Evidence,
+    ExecutionRecord,
+    NodeResult,
+    Plan,
+    RecordId,
+    RecordStatus,
+    TaskId,
+    VerificationContract,
+    record_status_for,
+)
+from pev.policy import RecoveryPolicy
+
+__all__ = ["TERMINAL_PHASES", "Revision", "TaskPhase", "TaskState", "apply", "replay"]
+
+
+class TaskPhase(StrEnum):
+    """Where a task stands. The last four are terminal and final."""
+
+    PLANNING = "planning"
+    EXECUTING = "executing"
+    VERIFYING = "verifying"
+    AWAITING_REPLAN = "awaiting_replan"
+    CANCELLING = "cancelling"
+    SUCCEEDED = "succeeded"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_PHASES = frozenset(
+    {TaskPhase.SUCCEEDED, TaskPhase.PARTIAL, TaskPhase.FAILED, TaskPhase.CANCELLED}
+)
+
+
+def _empty_mapping() -> Mapping[RecordId, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Revision:
+    """One immutable revision of a task's plan.
+
+    Attributes:
+        number: 1, 2, 3, ...
+        kind: ``initial``, ``local`` or ``global``.
+        reason: Why it exists.
+        plan: The full plan.
+        feedback: What the planner was told.
+        lessons: Lessons given as advice.
+        redo: For a local replan, the nodes dispatched again; empty means all.
+        lineage: The number of the initial or global revision its lineage started with.
+        started_at: When it started.
+    """
+
+    number: int
+    kind: RevisionKind
+    reason: str
+    plan: Plan
+    feedback: str
+    lessons: tuple[str, ...]
+    redo: frozenset[str]
+    lineage: int
+    started_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskState:
+    """Everything the ledger says about one task, rebuilt by :func:`replay`.
+
+    Attributes:
+        task_id: The task's stable id.
+        phase: Where it stands.
+        created: The creation event (input, contract, policy, components).
+        created_at: When it was created.
+        updated_at: When its last event was written.
+        event_count: Events folded so far.
+        revisions: Every revision, in order.
+        records: Execution records by id, in dispatch order.
+        results: Node results by record id.
+        reconciled: Settlements of ``unknown`` records by record id.
+        skipped: Nodes not dispatched because a dependency did not succeed.
+        evidence: Every captured observation.
+        capture_failures: Every failed capture.
+        rounds: Every completed execution round.
+        verdicts: Every verdict (or missing-evidence stop) recorded.
+        diagnoses: Every diagnosis.
+        decisions: Every kernel decision.
+        rejections: Every rejected plan.
+        replans_used: Replans spent (each started replan, rejected plans included).
+        planning: What the planner is being asked for, while planning.
+        planner_calls: Planner calls started so far.
+        replan_action: The replan being waited for or planned.
+        replan_deadline: When the current replan must have begun.
+        cancel_reason: Why a cancel was requested, once one was.
+        finished: The final event, once the task ended.
+    """
+
+    task_id: TaskId
+    phase: TaskPhase
+    created: TaskCreated
+    created_at: datetime | None
+    updated_at: datetime | None
+    event_count: int
+    revisions: tuple[Revision, ...] = ()
+    records: Mapping[RecordId, ExecutionRecord] = field(default_factory=_empty_mapping)
+    results: Mapping[RecordId, NodeResult] = field(default_factory=_empty_mapping)
+    reconciled: Mapping[RecordId, RecordReconciled] = field(default_factory=_empty_mapping)
+    skipped: tuple[NodeSkipped, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    capture_failures: tuple[CaptureFailed, ...] = ()
+    rounds: tuple[RoundExecuted, ...] = ()
+    verdicts: tuple[VerdictRecorded, ...] = ()
+    diagnoses: tuple[Diagnosed, ...] = ()
+    decisions: tuple[Dispatched, ...] = ()
+    rejections: tuple[PlanRejected, ...] = ()
+    replans_used: int = 0
+    planning: RevisionKind | None = RevisionKind.INITIAL
+    planner_calls: int = 1
+    replan_action: LocalReplan | GlobalReplan | None = None
+    replan_deadline: datetime | None = None
+    cancel_reason: str | None = None
+    finished: TaskFinished | None = None
+
+    @property
+    def contract(self) -> VerificationContract:
+        """The task's verification contract."""
+        return self.created.contract
+
+    @property
+    def policy(self) -> RecoveryPolicy:
+        """The task's recovery policy."""
+        return self.created.policy
+
+    @property
+    def terminal(self) -> bool:
+        """True once the task has ended; a terminal task never changes again."""
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone asked for the task to stop."""
+        return self.cancel_reason is not None
+
+    @property
+    def revision(self) -> Revision | None:
+        """The latest revision, if any plan was accepted."""
+        return self.revisions[-1] if self.revisions else None
+
+    @property
+    def plan(self) -> Plan | None:
+        """The latest revision's plan."""
+        return self.revisions[-1].plan if self.revisions else None
+
+
+def replay(entries: Iterable[LedgerEntry | Event]) -> TaskState:
+    """Fold a task's ledger into its state.
+
+    Args:
+        entries: Stored entries (or bare events, which carry no time) in sequence order.
+
+    Raises:
+        StateError: The ledger is empty, does not start with ``task_created``, or holds an event
+            its task's state does not allow.
+    """
+    state: TaskState | None = None
+    for item in entries:
+        if isinstance(item, LedgerEntry):
+            state = apply(state, item.event, at=item.at)
+        else:
+            state = apply(state, item)
+    if state is None:
+        raise StateError("an empty ledger has no task", task_id="", state="none")
+    return state
+
+
+def apply(state: TaskState | None, event: Event, *, at: datetime | None = None) -> TaskState:
+    """Return the state after ``event``; ``state`` is ``None`` before the first event.
+
+    Raises:
+        StateError: The event is not allowed where the task stands (nothing changes).
+    """
+    if state is None:
+        if not isinstance(event, TaskCreated):
+            raise StateError(
+                f"a ledger must start with task_created, not {event.kind}",
+                task_id="",
+                state="none",
+            )
+        return TaskState(
+            task_id=event.task_id,
+            phase=TaskPhase.PLANNING,
+            created=event,
+            created_at=at,
+            updated_at=at,
+            event_count=1,
+        )
+    if state.terminal:
+        _refuse(state, event, "the task has ended and never changes again")
+    changes = _changes(state, event)
+    return replace(
+        state,
+        **changes,
+        event_count=state.event_count + 1,
+        updated_at=at if at is not None else state.updated_at,
+    )
+
+
+def _refuse(state: TaskState, event: Event, why: str) -> NoReturn:
+    raise StateError(
+        f"task {state.task_id}: {event.kind} is not allowed in phase {state.phase}: {why}",
+        task_id=state.task_id,
+        state=state.phase,
+    )
+
+
+def _require_phase(state: TaskState, event: Event, *phases: TaskPhase) -> None:
+    if state.phase not in phases:
+        allowed = ", ".join(phases)
+        _refuse(state, event, f"it needs phase {allowed}")
+
+
+def _require_revision(state: TaskState, event: Event, number: int) -> None:
+    current = state.revision.number if state.revision else 0
+    if number != current:
+        _refuse(state, event, f"it names revision {number}, but the current one is {current}")
+
+
+def _with(mapping: Mapping[RecordId, Any], key: RecordId, value: object) -> Mapping[RecordId, Any]:
+    return MappingProxyType({**mapping, key: value})
+
+
+_ACTIVE = (TaskPhase.PLANNING, TaskPhase.EXECUTING, TaskPhase.VERIFYING, TaskPhase.AWAITING_REPLAN)
+_RUNNING = (TaskPhase.EXECUTING, TaskPhase.CANCELLING)
+
+
+def _changes(state: TaskState, event: Event) -> dict[str, Any]:
+    """The fields an event changes; one case per event kind."""
+    match event:
+        case TaskCreated():
+            _refuse(state, event, "a task is created once")
+        case ReplanStarted():
+            _require_phase(state, event, TaskPhase.AWAITING_REPLAN)
+            if state.replans_used >= state.policy.max_replans:
+                _refuse(state, event, f"all {state.policy.max_replans} replans are spent")
+            return {
+                "phase": TaskPhase.PLANNING,
+                "planning": event.planning,
+                "planner_calls": state.planner_calls + 1,
+                "replans_used": state.replans_used + 1,
+            }
+        case RevisionStarted():
+            return _revision_started(state, event)
+        case PlanRejected():
+            _require_phase(state, event, TaskPhase.PLANNING)
+            return {"rejections": (*state.rejections, event)}
+        case NodeDispatched():
+            return _node_dispatched(state, event)
+        case NodeProgressed():
+            _require_phase(state, event, *_RUNNING)
+            record = _record(state, event, event.record_id)
+            if event.status not in (RecordStatus.ACCEPTED, RecordStatus.RUNNING):
+                _refuse(state, event, "progress is accepted or running; finishing is node_finished")
+            moved = record.advance(event.status, at=event.at)
+            return {"records": _with(state.records, record.id, moved)}
+        case NodeFinished():
+            return _node_finished(state, event)
+        case NodeSkipped():
+            _require_phase(state, event, *_RUNNING)
+            _require_revision(state, event, event.revision)
+            return {"skipped": (*state.skipped, event)}
+        case RecordReconciled():
+            record = _record(state, event, event.record_id)
+            if record.status is not RecordStatus.UNKNOWN or record.id in state.reconciled:
+                _refuse(state, event, f"record {record.id} is not an unsettled unknown record")
+            return {"reconciled": _with(state.reconciled, record.id, event)}
+        case EvidenceCaptured():
+            if any(item.id == event.evidence.id for item in state.evidence):
+                _refuse(state, event, f"evidence {event.evidence.id} was already captured")
+            return {"evidence": (*state.evidence, event.evidence)}
+        case CaptureFailed():
+            return {"capture_failures": (*state.capture_failures, event)}
+        case RoundExecuted():
+            _require_phase(state, event, TaskPhase.EXECUTING)
+            _require_revision(state, event, event.revision)
+            return {"phase": TaskPhase.VERIFYING, "rounds": (*state.rounds, event)}
+        case VerdictRecorded() | Diagnosed() | Dispatched():
+            _require_phase(state, event, TaskPhase.VERIFYING)
+            _require_revision(state, event, event.revision)
+            field_name = _VERIFY_FIELDS[event.kind]
+            return {field_name: (*getattr(state, field_name), event)}
+        case AwaitingReplan():
+            _require_phase(state, event, TaskPhase.VERIFYING, TaskPhase.PLANNING)
+            return {
+                "phase": TaskPhase.AWAITING_REPLAN,
+                "replan_action": event.action,
+                "replan_deadline": event.deadline,
+                "planning": None,
+            }
+        case CancelRequested():
+            if state.cancel_requested:
+                _refuse(state, event, "a cancel was already requested")
+            return {"phase": TaskPhase.CANCELLING, "cancel_reason": event.reason}
+        case TaskFinished():
+            if not outcome_allowed(event.status, event.reason):
+                _refuse(state, event, f"status {event.status} cannot carry reason {event.reason}")
+            return {"phase": _PHASE_OF_STATUS[event.status], "finished": event, "planning": None}
+        case _:
+            assert_never(event)
+
+
+# Where each verification-phase event is kept in the state.
+_VERIFY_FIELDS = {
+    "verdict_recorded": "verdicts",
+    "diagnosed": "diagnoses",
+    "dispatched": "decisions",
+}
+
+_PHASE_OF_STATUS = {
+    TaskStatus.SUCCEEDED: TaskPhase.SUCCEEDED,
+    TaskStatus.PARTIAL: TaskPhase.PARTIAL,
+    TaskStatus.FAILED: TaskPhase.FAILED,
+    TaskStatus.CANCELLED: TaskPhase.CANCELLED,
+}
+
+
+def _record(state: TaskState, event: Event, record_id: RecordId) -> ExecutionRecord:
+    record = state.records.get(record_id)
+    if record is None:
+        _refuse(state, event, f"there is no record {record_id}")
+    return record
+
+
+def _revision_started(state: TaskState, event: RevisionStarted) -> dict[str, Any]:
+    _require_phase(state, event, TaskPhase.PLANNING)
+    expected = len(state.revisions) + 1
+    if event.number != expected:
+        _refuse(state, event, f"the next revision is number {expected}, not {event.number}")
+    if event.revision_kind != state.planning:
+        _refuse(state, event, f"the planner was asked for a {state.planning} plan")
+    if event.revision_kind is RevisionKind.LOCAL:
+        if state.revision is None:
+            _refuse(state, event, "a local replan needs an earlier revision")
+        missing = sorted(event.redo - set(event.plan.node_ids))
+        if missing:
+            _refuse(state, event, f"redo names nodes that are not in the plan: {missing}")
+        lineage = state.revisions[-1].lineage
+    else:
+        lineage = event.number
+    revision = Revision(
+        number=event.number,
+        kind=event.revision_kind,
+        reason=event.reason,
+        plan=event.plan,
+        feedback=event.feedback,
+        lessons=event.lessons,
+        redo=event.redo,
+        lineage=lineage,
+        started_at=state.updated_at,
+    )
+    return {
+        "phase": TaskPhase.EXECUTING,
+        "revisions": (*state.revisions, revision),
+        "planning": None,
+        "replan_action": None,
+        "replan_deadline": None,
+    }
+
+
+def _node_dispatched(state: TaskState, event: NodeDispatched) -> dict[str, Any]:
+    _require_phase(state, event, TaskPhase.EXECUTING)
+    record = event.record
+    _require_revision(state, event, record.revision)
+    if record.task_id != state.task_id:
+        _refuse(state, event, f"record {record.id} belongs to task {record.task_id}")
+    if record.status is not RecordStatus.PENDING:
+        _refuse(state, event, "a record is committed as pending before the tool is called")
+    if record.id in state.records:
+        _refuse(state, event, f"record {record.id} already exists")
+    plan = state.plan
+    if plan is None or record.node_id not in plan.node_ids:
+        _refuse(state, event, f"node {record.node_id!r} is not in the current plan")
+    return {"records": _with(state.records, record.id, record)}
+
+
+def _node_finished(state: TaskState, event: NodeFinished) -> dict[str, Any]:
+    if not event.settled_on_resume:
+        _require_phase(state, event, *_RUNNING)
+    elif state.phase not in _ACTIVE and state.phase is not TaskPhase.CANCELLING:
+        _refuse(state, event, "records are settled on resume only while the task is active")
+    record = _record(state, event, event.record_id)
+    if event.status not in TERMINAL_RECORD_STATUSES:
+        _refuse(state, event, f"{event.status} is not a terminal record status")
+    if event.result is None:
+        if event.status not in (RecordStatus.CANCELLED, RecordStatus.UNKNOWN):
+            _refuse(state, event, f"a {event.status} record needs the node's result")
+    elif record_status_for(event.result) is not event.status:
+        _refuse(
+            state,
+            event,
+            f"a {event.result.kind} result gives status {record_status_for(event.result)}, "
+            f"not {event.status}",
+        )
+    moved = record.advance(event.status, at=event.at, error=_error_of(event.result))
+    changes: dict[str, Any] = {"records": _with(state.records, record.id, moved)}
+    if event.result is not None:
+        changes["results"] = _with(state.results, record.id, event.result)
+    return changes
+
+
+def _error_of(result: NodeResult | None) -> str | None:
+    if result is None or result.kind == "success":
+        return None
+    return result.error if result.kind == "device_failure" else result.reason

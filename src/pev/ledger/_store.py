@@ -1,0 +1,110 @@
+"""The one contract every ledger store keeps (SPEC §5.5)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from pev.errors import ConflictError, StoreError
+from pev.ledger._events import LedgerEntry
+from pev.ledger._state import TaskPhase
+from pev.ledger._summary import TaskSummary
+from pev.model import TaskId
+
+__all__ = ["Store", "check_batch"]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable, append-only storage of task ledgers and their index.
+
+    A store does not interpret events; the :class:`~pev.ledger.Ledger` folds and seals them. A
+    store guarantees:
+
+    * ``append`` is one durable transaction: all of ``entries`` and the index row, or nothing;
+    * sequence numbers per task are unique and gap-free: a writer that appends a sequence number
+      another writer already wrote gets :class:`~pev.errors.ConflictError` and writes nothing;
+    * the first entry links to the stored head (``prev_hash``), else
+      :class:`~pev.errors.StoreError`;
+    * what was written is read back unchanged, in sequence order.
+    """
+
+    async def append(self, entries: Sequence[LedgerEntry], summary: TaskSummary) -> None:
+        """Write consecutive entries of one task and its new index row, atomically.
+
+        Raises:
+            ConflictError: Another writer already appended the first entry's sequence number.
+            StoreError: The entries are empty, mixed, not consecutive, or do not link to the head.
+        """
+        ...
+
+    async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
+        """The task's entries with ``seq > after``, in order.
+
+        Raises:
+            UnknownTaskError: No task has that id.
+            LedgerCorruptError: A stored entry cannot be decoded (names its sequence number).
+        """
+        ...
+
+    async def summary(self, task_id: str) -> TaskSummary | None:
+        """The task's index row, or ``None`` if there is no such task."""
+        ...
+
+    async def list_tasks(
+        self,
+        *,
+        phases: Collection[TaskPhase] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[TaskSummary, ...]:
+        """Index rows, newest first, optionally only those in ``phases``."""
+        ...
+
+    async def overdue(self, now: datetime) -> tuple[TaskId, ...]:
+        """Tasks waiting for a replan whose deadline is at or before ``now``."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections and threads; the store is unusable afterwards."""
+        ...
+
+
+def check_batch(
+    entries: Sequence[LedgerEntry], summary: TaskSummary, *, head_seq: int, head_hash: str
+) -> None:
+    """The checks every store makes before appending a batch, under its write lock.
+
+    Args:
+        entries: The batch to append.
+        summary: The index row written with it.
+        head_seq: The task's last stored sequence number (0 for a new task).
+        head_hash: The task's last stored hash (the genesis hash for a new task).
+
+    Raises:
+        ConflictError: The first sequence number is already taken.
+        StoreError: The batch is empty, mixed, not consecutive, does not link to the head, or
+            disagrees with its index row.
+    """
+    if not entries:
+        raise StoreError("an append needs at least one entry")
+    task_id = entries[0].task_id
+    first = entries[0].seq
+    for offset, entry in enumerate(entries):
+        if entry.task_id != task_id:
+            raise StoreError(f"one append holds entries of tasks {task_id} and {entry.task_id}")
+        if entry.seq != first + offset:
+            raise StoreError(f"task {task_id}: entries are not consecutive at seq {entry.seq}")
+        if offset and entry.prev_hash != entries[offset - 1].hash:
+            raise StoreError(f"task {task_id}: entry {entry.seq} does not link to the one before")
+    if summary.task_id != task_id or summary.event_count != entries[-1].seq:
+        raise StoreError(f"task {task_id}: the index row does not match the entries appended")
+    if summary.head_hash != entries[-1].hash:
+        raise StoreError(f"task {task_id}: the index row's head hash is not the last entry's")
+    if first <= head_seq:
+        raise ConflictError(task_id, first)
+    if first != head_seq + 1:
+        raise StoreError(f"task {task_id}: appending seq {first} after {head_seq} leaves a gap")
+    if entries[0].prev_hash != head_hash:
+        raise StoreError(f"task {task_id}: entry {first} does not link to the stored head")

@@ -1,0 +1,79 @@
+"""The task index row: what a store lists tasks by, and the head that guards the chain's end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from pev.kernel import TaskStatus, TerminalReason
+from pev.ledger._state import TaskPhase, TaskState
+from pev.model import TaskId, canonical_json
+
+__all__ = ["TaskSummary", "summarize"]
+
+_TITLE_LENGTH = 120
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSummary:
+    """One task in the index: for listing by status and time, and for checking the chain's head.
+
+    Attributes:
+        task_id: The task.
+        phase: Where it stands.
+        status: Its terminal status, once it has ended.
+        reason: Its terminal reason, once it has ended.
+        title: The contract's goal, or the start of the input.
+        created_at: When it was created.
+        updated_at: When its last event was written.
+        event_count: How many events its ledger holds.
+        head_hash: The hash of its last event.
+        replan_deadline: When a replan it waits for must begin, if it waits for one.
+    """
+
+    task_id: TaskId
+    phase: TaskPhase
+    status: TaskStatus | None
+    reason: TerminalReason | None
+    title: str
+    created_at: datetime
+    updated_at: datetime
+    event_count: int
+    head_hash: str
+    replan_deadline: datetime | None
+
+
+def summarize(state: TaskState, *, head_hash: str) -> TaskSummary:
+    """The index row for a task's state.
+
+    Raises:
+        ValueError: The state was folded from bare events, which carry no times.
+    """
+    if state.created_at is None or state.updated_at is None:
+        raise ValueError("a task summary needs the times of stored entries, not bare events")
+    waiting = state.phase in (TaskPhase.AWAITING_REPLAN, TaskPhase.PLANNING)
+    finished = state.finished
+    return TaskSummary(
+        task_id=state.task_id,
+        phase=state.phase,
+        status=finished.status if finished else None,
+        reason=finished.reason if finished else None,
+        title=_title(state),
+        created_at=state.created_at,
+        updated_at=state.updated_at,
+        event_count=state.event_count,
+        head_hash=head_hash,
+        replan_deadline=state.replan_deadline if waiting else None,
+    )
+
+
+def _title(state: TaskState) -> str:
+    goal = state.contract.goal.strip()
+    if goal:
+        text = goal
+    elif isinstance(state.created.input, str):
+        text = state.created.input
+    else:
+        text = canonical_json(state.created.input)
+    text = " ".join(text.split())
+    return text if len(text) <= _TITLE_LENGTH else text[: _TITLE_LENGTH - 1] + "…"

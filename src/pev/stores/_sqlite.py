@@ -1,0 +1,374 @@
+"""The SQLite store: pev's embedded default ledger (SPEC §5.5).
+
+One file, WAL journal, ``synchronous=FULL`` so each append is durable when it returns, and a
+primary key on (task id, sequence) so that of two writers appending the same sequence number one
+wins and the other gets :class:`~pev.errors.ConflictError`. Writers take SQLite's write lock with
+``BEGIN IMMEDIATE``, which makes the store safe for several processes on one machine. Events are
+append-only in the schema itself: triggers refuse any UPDATE or DELETE of an event row.
+
+All database work runs on one dedicated thread per store, so the event loop never blocks on a
+disk flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+from pev import codec
+from pev.errors import (
+    CodecError,
+    ConflictError,
+    LedgerCorruptError,
+    SchemaVersionError,
+    StoreError,
+    UnknownTaskError,
+)
+from pev.kernel import TaskStatus, TerminalReason
+from pev.ledger import (
+    GENESIS_HASH,
+    SCHEMA_VERSION,
+    Event,
+    LedgerEntry,
+    TaskPhase,
+    TaskSummary,
+    check_batch,
+)
+from pev.model import TaskId
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+# Marks a database file as a pev ledger (PRAGMA application_id): "pev1".
+_APPLICATION_ID = 0x70657631
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pev_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pev_events (
+    task_id   TEXT    NOT NULL,
+    seq       INTEGER NOT NULL CHECK (seq >= 1),
+    at        TEXT    NOT NULL,
+    schema    INTEGER NOT NULL,
+    kind      TEXT    NOT NULL,
+    event     TEXT    NOT NULL,
+    prev_hash TEXT    NOT NULL,
+    hash      TEXT    NOT NULL,
+    PRIMARY KEY (task_id, seq)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS pev_events_no_update BEFORE UPDATE ON pev_events
+BEGIN SELECT RAISE(ABORT, 'pev ledger events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS pev_events_no_delete BEFORE DELETE ON pev_events
+BEGIN SELECT RAISE(ABORT, 'pev ledger events are append-only'); END;
+CREATE TABLE IF NOT EXISTS pev_tasks (
+    task_id         TEXT PRIMARY KEY,
+    phase           TEXT    NOT NULL,
+    status          TEXT,
+    reason          TEXT,
+    title           TEXT    NOT NULL,
+    created_at      TEXT    NOT NULL,
+    updated_at      TEXT    NOT NULL,
+    event_count     INTEGER NOT NULL,
+    head_hash       TEXT    NOT NULL,
+    replan_deadline TEXT
+);
+CREATE INDEX IF NOT EXISTS pev_tasks_by_created ON pev_tasks (created_at DESC, task_id DESC);
+CREATE INDEX IF NOT EXISTS pev_tasks_by_phase ON pev_tasks (phase, created_at DESC);
+CREATE INDEX IF NOT EXISTS pev_tasks_waiting ON pev_tasks (replan_deadline)
+    WHERE replan_deadline IS NOT NULL;
+"""
+
+_INSERT_EVENT = (
+    "INSERT INTO pev_events (task_id, seq, at, schema, kind, event, prev_hash, hash) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_UPSERT_TASK = (
+    "INSERT INTO pev_tasks (task_id, phase, status, reason, title, created_at, updated_at, "
+    "event_count, head_hash, replan_deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (task_id) DO UPDATE SET phase = excluded.phase, status = excluded.status, "
+    "reason = excluded.reason, title = excluded.title, updated_at = excluded.updated_at, "
+    "event_count = excluded.event_count, head_hash = excluded.head_hash, "
+    "replan_deadline = excluded.replan_deadline"
+)
+_SUMMARY_COLUMNS = (
+    "task_id, phase, status, reason, title, created_at, updated_at, event_count, head_hash, "
+    "replan_deadline"
+)
+
+
+def _time_key(value: datetime) -> str:
+    """Fixed-width UTC text, so that times sort as strings."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+class SQLiteStore:
+    """A ledger in one SQLite file, safe for several processes on one machine.
+
+    Args:
+        path: The database file; created (with its folder) if missing. ``":memory:"`` gives a
+            private in-memory database.
+        busy_timeout_s: How long a writer waits for another process's write lock.
+
+    Raises:
+        SchemaVersionError: The file holds a pev ledger of another schema version.
+        StoreError: The file is not a pev ledger, or cannot be opened.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 30.0) -> None:
+        self._location = str(path)
+        if self._location != ":memory:":
+            Path(self._location).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pev-sqlite")
+        try:
+            self._conn = self._executor.submit(self._open, busy_timeout_s).result()
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
+        self._closed = False
+
+    @property
+    def location(self) -> str:
+        """The database file's path."""
+        return self._location
+
+    def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self._location,
+                timeout=busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the ledger {self._location}: {exc}") from exc
+        try:
+            self._prepare(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            if app_id not in (0, _APPLICATION_ID):
+                raise StoreError(
+                    f"{self._location} is an SQLite database of another application "
+                    f"(application_id {app_id:#x}); point pev at a new file"
+                )
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._check_schema_version(conn)
+                for statement in _SCHEMA.split(";\n"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(
+                    "INSERT OR IGNORE INTO pev_meta (key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+                conn.execute(f"PRAGMA application_id={_APPLICATION_ID}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot prepare the ledger {self._location}: {exc}") from exc
+
+    def _check_schema_version(self, conn: sqlite3.Connection) -> None:
+        has_meta = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'pev_meta'"
+        ).fetchone()
+        if not has_meta:
+            return
+        row = conn.execute("SELECT value FROM pev_meta WHERE key = 'schema_version'").fetchone()
+        found = int(row[0]) if row else 0
+        if found != SCHEMA_VERSION:
+            raise SchemaVersionError(location=self._location, found=found, expected=SCHEMA_VERSION)
+
+    async def _run(self, work: Callable[[], T]) -> T:
+        if self._closed:
+            raise StoreError(f"the SQLite store {self._location} is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+    async def append(self, entries: Sequence[LedgerEntry], summary: TaskSummary) -> None:
+        """Append a batch and its index row in one durable transaction."""
+        rows: list[tuple[object, ...]] = [
+            (
+                entry.task_id,
+                entry.seq,
+                codec.dumps(entry.at),
+                entry.schema,
+                entry.event.kind,
+                codec.dumps(entry.event),
+                entry.prev_hash,
+                entry.hash,
+            )
+            for entry in entries
+        ]
+        task_row = (
+            summary.task_id,
+            str(summary.phase),
+            summary.status.value if summary.status else None,
+            summary.reason.value if summary.reason else None,
+            summary.title,
+            _time_key(summary.created_at),
+            _time_key(summary.updated_at),
+            summary.event_count,
+            summary.head_hash,
+            _time_key(summary.replan_deadline) if summary.replan_deadline else None,
+        )
+        await self._run(lambda: self._append(entries, summary, rows, task_row))
+
+    def _append(
+        self,
+        entries: Sequence[LedgerEntry],
+        summary: TaskSummary,
+        rows: list[tuple[object, ...]],
+        task_row: tuple[object, ...],
+    ) -> None:
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"the ledger {self._location} is locked: {exc}") from exc
+        try:
+            task_id = entries[0].task_id if entries else ""
+            head = conn.execute(
+                "SELECT event_count, head_hash FROM pev_tasks WHERE task_id = ?", (task_id,)
+            ).fetchone()
+            head_seq, head_hash = (int(head[0]), str(head[1])) if head else (0, GENESIS_HASH)
+            check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
+            conn.executemany(_INSERT_EVENT, rows)
+            conn.execute(_UPSERT_TASK, task_row)
+            conn.execute("COMMIT")
+        except sqlite3.IntegrityError as exc:
+            conn.execute("ROLLBACK")
+            raise ConflictError(entries[0].task_id, entries[0].seq) from exc
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            raise StoreError(f"append to {self._location} failed: {exc}") from exc
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
+        """The task's entries after ``after``, decoded; a row that cannot be read is named."""
+        rows = await self._run(lambda: self._read_rows(task_id, after))
+        return tuple(self._decode_row(task_id, row) for row in rows)
+
+    def _read_rows(self, task_id: str, after: int) -> list[tuple[object, ...]]:
+        rows = self._conn.execute(
+            "SELECT seq, at, schema, event, prev_hash, hash FROM pev_events "
+            "WHERE task_id = ? AND seq > ? ORDER BY seq",
+            (task_id, after),
+        ).fetchall()
+        if not rows and after <= 0:
+            raise UnknownTaskError(task_id)
+        return rows
+
+    def _decode_row(self, task_id: str, row: tuple[object, ...]) -> LedgerEntry:
+        seq, at, schema, event, prev_hash, hash_ = row
+        if not isinstance(seq, int):
+            raise LedgerCorruptError(
+                f"task {task_id}: a stored event has sequence {seq!r}", task_id=task_id, seq=0
+            )
+        if schema != SCHEMA_VERSION:
+            raise SchemaVersionError(
+                location=f"{self._location} (task {task_id}, event {seq})",
+                found=int(schema) if isinstance(schema, int) else 0,
+                expected=SCHEMA_VERSION,
+            )
+        try:
+            return LedgerEntry(
+                task_id=TaskId(task_id),
+                seq=seq,
+                at=codec.loads(str(at), datetime),
+                schema=SCHEMA_VERSION,
+                event=codec.loads(str(event), Event),
+                prev_hash=str(prev_hash),
+                hash=str(hash_),
+            )
+        except CodecError as exc:
+            raise LedgerCorruptError(
+                f"task {task_id}: event {seq} cannot be read: {exc}", task_id=task_id, seq=seq
+            ) from exc
+
+    async def summary(self, task_id: str) -> TaskSummary | None:
+        """The task's index row, or ``None``."""
+        row = await self._run(
+            lambda: self._conn.execute(
+                f"SELECT {_SUMMARY_COLUMNS} FROM pev_tasks WHERE task_id = ?",  # noqa: S608 - fixed column list
+                (task_id,),
+            ).fetchone()
+        )
+        return _summary_from_row(row) if row else None
+
+    async def list_tasks(
+        self,
+        *,
+        phases: Collection[TaskPhase] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[TaskSummary, ...]:
+        """Index rows, newest first, optionally only those in ``phases``."""
+        query = f"SELECT {_SUMMARY_COLUMNS} FROM pev_tasks"  # noqa: S608 - fixed column list
+        params: list[object] = []
+        if phases is not None:
+            wanted = sorted(str(phase) for phase in phases)
+            query += f" WHERE phase IN ({', '.join('?' for _ in wanted)})"
+            params.extend(wanted)
+        query += " ORDER BY created_at DESC, task_id DESC LIMIT ? OFFSET ?"
+        params.extend([limit, offset])
+        rows = await self._run(lambda: self._conn.execute(query, params).fetchall())
+        return tuple(_summary_from_row(row) for row in rows)
+
+    async def overdue(self, now: datetime) -> tuple[TaskId, ...]:
+        """Tasks waiting for a replan whose deadline is at or before ``now``."""
+        rows = await self._run(
+            lambda: self._conn.execute(
+                "SELECT task_id FROM pev_tasks WHERE replan_deadline IS NOT NULL "
+                "AND replan_deadline <= ? ORDER BY replan_deadline",
+                (_time_key(now),),
+            ).fetchall()
+        )
+        return tuple(TaskId(str(row[0])) for row in rows)
+
+    async def close(self) -> None:
+        """Close the database and its thread; the store is unusable afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._conn.close)
+        self._executor.shutdown(wait=True)
+
+
+def _summary_from_row(row: tuple[object, ...]) -> TaskSummary:
+    (task_id, phase, status, reason, title, created, updated, count, head, deadline) = row
+    return TaskSummary(
+        task_id=TaskId(str(task_id)),
+        phase=TaskPhase(str(phase)),
+        status=TaskStatus(str(status)) if status is not None else None,
+        reason=TerminalReason(str(reason)) if reason is not None else None,
+        title=str(title),
+        created_at=_parse_time(str(created)),
+        updated_at=_parse_time(str(updated)),
+        event_count=int(str(count)),
+        head_hash=str(head),
+        replan_deadline=_parse_time(str(deadline)) if deadline is not None else None,
+    )
