@@ -2,4 +2,121 @@
 
 pev diagnoses why something failed before deciding what to do next (Plan → Execute → Verify →
 Diagnose → Dispatch), and keeps every plan of a task in an append-only, hash-chained ledger.
+
+The packages follow the specification's sections:
+
+* :mod:`pev.model`: the data model (plans, node results, records, evidence, contracts, verdicts);
+* :mod:`pev.kernel`: the pure decision functions (diagnose, to_replan_action, decide);
+* :mod:`pev.ledger`: events, the fold, the task state machine and the hash chain;
+* :mod:`pev.stores`: the ledger stores (in-memory, SQLite);
+* :mod:`pev.codec`: the one JSON codec; :mod:`pev.errors`: every exception pev raises.
+
+The most used names are re-exported here.
 """
+
+from importlib.metadata import PackageNotFoundError, version
+
+from pev.errors import (
+    CodecError,
+    ConflictError,
+    ContractError,
+    LedgerCorruptError,
+    PevError,
+    PlanError,
+    SchemaVersionError,
+    StateError,
+    StoreError,
+    UnknownTaskError,
+)
+from pev.kernel import (
+    AcceptPartial,
+    Budget,
+    Diagnosis,
+    Finish,
+    GlobalReplan,
+    LocalReplan,
+    RootCause,
+    TaskStatus,
+    TerminalReason,
+    decide,
+    diagnose,
+    to_replan_action,
+)
+from pev.ledger import Ledger, TaskPhase, TaskState, replay
+from pev.model import (
+    CriterionResult,
+    CriterionStatus,
+    DeviceFailure,
+    Effect,
+    Evidence,
+    ExecutionRecord,
+    Plan,
+    PlanNode,
+    RecordStatus,
+    Reliability,
+    Success,
+    Verdict,
+    VerdictStatus,
+    VerificationContract,
+    VerificationMode,
+    VerifierFailure,
+    validate_plan,
+)
+from pev.policy import RecoveryPolicy
+from pev.stores import MemoryStore, SQLiteStore, Store
+
+try:
+    __version__ = version("pev-agent")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+    __version__ = "0.0.0"
+
+__all__ = [
+    "AcceptPartial",
+    "Budget",
+    "CodecError",
+    "ConflictError",
+    "ContractError",
+    "CriterionResult",
+    "CriterionStatus",
+    "DeviceFailure",
+    "Diagnosis",
+    "Effect",
+    "Evidence",
+    "ExecutionRecord",
+    "Finish",
+    "GlobalReplan",
+    "Ledger",
+    "LedgerCorruptError",
+    "LocalReplan",
+    "MemoryStore",
+    "PevError",
+    "Plan",
+    "PlanError",
+    "PlanNode",
+    "RecordStatus",
+    "RecoveryPolicy",
+    "Reliability",
+    "RootCause",
+    "SQLiteStore",
+    "SchemaVersionError",
+    "StateError",
+    "Store",
+    "StoreError",
+    "Success",
+    "TaskPhase",
+    "TaskState",
+    "TaskStatus",
+    "TerminalReason",
+    "UnknownTaskError",
+    "Verdict",
+    "VerdictStatus",
+    "VerificationContract",
+    "VerificationMode",
+    "VerifierFailure",
+    "__version__",
+    "decide",
+    "diagnose",
+    "replay",
+    "to_replan_action",
+    "validate_plan",
+]

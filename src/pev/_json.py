@@ -88,9 +88,13 @@ def freeze_json(value: object, *, path: str = "$") -> JsonValue:
 
     Raises:
         TypeError: ``value`` holds something JSON cannot represent (the message names where).
-        ValueError: ``value`` holds a NaN or infinite float.
+        ValueError: ``value`` holds a NaN or infinite float, or text that is not valid Unicode
+            (a lone surrogate), which no UTF-8 ledger could store.
     """
-    if value is None or isinstance(value, bool | int | str):
+    if isinstance(value, str):
+        _check_text(value, path)
+        return value
+    if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -103,11 +107,20 @@ def freeze_json(value: object, *, path: str = "$") -> JsonValue:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"{path}: object key {key!r} is not a string")
+            _check_text(key, path)
             frozen[key] = freeze_json(item, path=f"{path}.{key}")
         return JsonObject(frozen)
     if isinstance(value, list | tuple):
         return tuple(freeze_json(item, path=f"{path}[{index}]") for index, item in enumerate(value))
     raise TypeError(f"{path}: a {type(value).__name__} is not a JSON value")
+
+
+def _check_text(text: str, path: str) -> None:
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{path}: {text!r} is not valid Unicode text ({exc.reason})") from exc
 
 
 def thaw_json(value: JsonValue) -> object:

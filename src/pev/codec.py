@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, Union, cast
 
-from pev.errors import CodecError, PevError
 from pev._json import JsonObject, JsonValue, canonical_json, freeze_json
+from pev.errors import CodecError, PevError
 
 __all__ = ["decode", "dumps", "encode", "loads"]
 
@@ -104,6 +104,7 @@ def _encode_datetime(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+@functools.cache
 def _tag_of(cls: type) -> str | None:
     if "kind" in {field.name for field in _fields(cls)}:
         return None
@@ -173,14 +174,10 @@ def _describe(data: object) -> str:
 def _decode_union(data: object, members: tuple[Any, ...], path: str) -> object:
     if data is None and type(None) in members:
         return None
-    options = [member for member in members if member is not type(None)]
+    options = tuple(member for member in members if member is not type(None))
     if len(options) == 1:
         return _decode(data, options[0], path)
-    tagged = {
-        _tag_of(m): m
-        for m in options
-        if isinstance(m, type) and dataclasses.is_dataclass(m) and _tag_of(m)
-    }
+    tagged = _tags(options)
     if tagged and isinstance(data, dict):
         tag = data.get("kind")
         if tag not in tagged:
@@ -193,6 +190,18 @@ def _decode_union(data: object, members: tuple[Any, ...], path: str) -> object:
         except CodecError as exc:
             errors.append(str(exc))
     _fail(path, f"{_describe(data)} fits none of the expected types ({'; '.join(errors)})")
+
+
+@functools.cache
+def _tags(options: tuple[Any, ...]) -> dict[str, type]:
+    """Tag → class for the tagged dataclasses among a union's members."""
+    return {
+        tag: member
+        for member in options
+        if isinstance(member, type)
+        and dataclasses.is_dataclass(member)
+        and (tag := _tag_of(member)) is not None
+    }
 
 
 def _decode_tuple(data: object, args: tuple[Any, ...], path: str) -> tuple[object, ...]:
@@ -246,11 +255,11 @@ def _decode_class(data: object, cls: type, path: str) -> object:
 def _decode_datetime(text: str, path: str) -> datetime:
     try:
         value = datetime.fromisoformat(text)
-    except ValueError:
+        if value.tzinfo is None:
+            _fail(path, f"time {text!r} has no UTC offset")
+        return value.astimezone(UTC)
+    except (ValueError, OverflowError):
         _fail(path, f"expected an ISO 8601 time, got {text!r}")
-    if value.tzinfo is None:
-        _fail(path, f"time {text!r} has no UTC offset")
-    return value.astimezone(UTC)
 
 
 def _decode_dataclass(data: object, cls: type, path: str) -> object:

@@ -56,3 +56,6 @@ class RecoveryPolicy:
                 raise ValueError(
                     f"RecoveryPolicy.{name} must be a positive number of seconds, got {value!r}"
                 )
+            # One canonical form: JSON reads 30 back as 30.0, and the ledger's hash chain must
+            # encode the policy the same way before it is stored and after it is read back.
+            object.__setattr__(self, name, float(value))

@@ -196,4 +196,6 @@ def test_required_evidence_with_observer_is_fine() -> None:
 
 def test_no_required_evidence_needs_no_observer() -> None:
     """A contract that requires no evidence is fine without an observer."""
-    check_contract(VerificationContract(goal="tidy up", success_criteria=CRITERIA), has_observer=False)
+    check_contract(
+        VerificationContract(goal="tidy up", success_criteria=CRITERIA), has_observer=False
+    )

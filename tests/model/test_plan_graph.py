@@ -54,9 +54,7 @@ def test_downstream_returns_a_frozenset() -> None:
         pytest.param({"x": 1}, [], id="no-refs"),
         pytest.param({"x": {"$ref": "n1"}}, ["n1"], id="top-level"),
         pytest.param({"x": {"$ref": "n1.pose.x"}}, ["n1.pose.x"], id="with-path"),
-        pytest.param(
-            {"x": [{"$ref": "n1"}, {"inner": {"$ref": "n2"}}]}, ["n1", "n2"], id="nested"
-        ),
+        pytest.param({"x": [{"$ref": "n1"}, {"inner": {"$ref": "n2"}}]}, ["n1", "n2"], id="nested"),
         pytest.param({"x": {"$ref": 5}}, [], id="non-string-ref-skipped"),
         pytest.param({"x": {"$ref": "n1", "k": 2}}, [], id="ref-with-extra-keys-is-no-ref"),
         pytest.param({"$ref": "n1"}, ["n1"], id="whole-value-is-a-ref"),

@@ -21,16 +21,14 @@ GENESIS_HASH = "0" * 64
 def entry_hash(
     *, task_id: str, seq: int, at: datetime, schema: int, event: object, prev_hash: str
 ) -> str:
-    """The sha256 of one entry: its task, place, time, schema, event and predecessor's hash."""
-    body = {
-        "at": codec.encode(at),
-        "event": codec.encode(event),
-        "prev": prev_hash,
-        "schema": schema,
-        "seq": seq,
-        "task": task_id,
-    }
-    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+    """The sha256 of one entry: its task, place, time, schema, event and predecessor's hash.
+
+    The digest covers a canonical JSON header line and the event's canonical JSON text, which is
+    exactly the text the stores keep.
+    """
+    header = canonical_json([task_id, seq, codec.encode(at), schema, prev_hash])
+    text = f"{header}\n{codec.dumps(event)}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def seal(

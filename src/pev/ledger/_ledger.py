@@ -13,7 +13,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from pev.errors import ConflictError, LedgerCorruptError, StateError, UnknownTaskError
+from pev.errors import (
+    ConflictError,
+    LedgerCorruptError,
+    SchemaVersionError,
+    StateError,
+    UnknownTaskError,
+)
 from pev.ledger._chain import GENESIS_HASH, ChainReport, seal, verify_chain
 from pev.ledger._events import Event, LedgerEntry
 from pev.ledger._machine import expire, new_task, request_cancel
@@ -118,7 +124,9 @@ class Ledger:
             StateError: An event is not allowed where the task stands; nothing was written.
             ConflictError: Another writer appended first; re-read the state and decide again.
         """
-        head = await self._head(task_id)
+        # The cached head is enough: if another writer moved the task on, the store refuses the
+        # stale sequence number with ConflictError and the cache is dropped.
+        head = self._heads.get(task_id) or await self._head(task_id)
         return await self._write(head.state, task_id, events, after_seq=head.seq, prev=head.hash)
 
     async def _write(
@@ -212,12 +220,12 @@ class Ledger:
         summary = await self._store.summary(task_id)
         try:
             entries = await self._store.read(task_id)
-        except LedgerCorruptError as exc:
+        except (LedgerCorruptError, SchemaVersionError) as exc:
             return ChainReport(
                 task_id=task_id,
                 ok=False,
                 events=summary.event_count if summary else 0,
-                first_bad_seq=exc.seq,
+                first_bad_seq=exc.seq if isinstance(exc, LedgerCorruptError) else None,
                 problem=str(exc),
             )
         report = verify_chain(

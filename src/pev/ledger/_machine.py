@@ -30,6 +30,7 @@ from pev.ledger._events import (
 from pev.ledger._queries import outputs
 from pev.ledger._state import TaskPhase, TaskState
 from pev.model import (
+    Effect,
     JsonValue,
     Plan,
     RecordStatus,
@@ -226,11 +227,13 @@ def request_cancel(state: TaskState, *, reason: str = "") -> tuple[Event, ...]:
 def cancel_outcome(state: TaskState) -> TaskFinished:
     """How a cancelled task ends: ``cancelled``, or ``failed`` if an action's outcome is unknown.
 
-    Only records of the current revision count: they are the ones the cancel interrupted.
+    Only action records of the current revision count: they are the ones the cancel interrupted,
+    and a read-only query whose outcome is unknown changed nothing.
     """
     revision = state.revision.number if state.revision else 0
     left_unknown = any(
         record.status is RecordStatus.UNKNOWN
+        and record.effect is Effect.ACTION
         and record.revision == revision
         and record.id not in state.reconciled
         for record in state.records.values()

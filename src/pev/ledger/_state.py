@@ -239,7 +239,7 @@ def apply(state: TaskState | None, event: Event, *, at: datetime | None = None) 
         )
     if state.terminal:
         _refuse(state, event, "the task has ended and never changes again")
-    changes = _changes(state, event)
+    changes = _changes(state, event, at=at)
     return replace(
         state,
         **changes,
@@ -276,7 +276,7 @@ _ACTIVE = (TaskPhase.PLANNING, TaskPhase.EXECUTING, TaskPhase.VERIFYING, TaskPha
 _RUNNING = (TaskPhase.EXECUTING, TaskPhase.CANCELLING)
 
 
-def _changes(state: TaskState, event: Event) -> dict[str, Any]:
+def _changes(state: TaskState, event: Event, *, at: datetime | None) -> dict[str, Any]:
     """The fields an event changes; one case per event kind."""
     match event:
         case TaskCreated():
@@ -292,7 +292,7 @@ def _changes(state: TaskState, event: Event) -> dict[str, Any]:
                 "replans_used": state.replans_used + 1,
             }
         case RevisionStarted():
-            return _revision_started(state, event)
+            return _revision_started(state, event, at=at)
         case PlanRejected():
             _require_phase(state, event, TaskPhase.PLANNING)
             return {"rejections": (*state.rejections, event)}
@@ -373,7 +373,9 @@ def _record(state: TaskState, event: Event, record_id: RecordId) -> ExecutionRec
     return record
 
 
-def _revision_started(state: TaskState, event: RevisionStarted) -> dict[str, Any]:
+def _revision_started(
+    state: TaskState, event: RevisionStarted, *, at: datetime | None
+) -> dict[str, Any]:
     _require_phase(state, event, TaskPhase.PLANNING)
     expected = len(state.revisions) + 1
     if event.number != expected:
@@ -398,7 +400,8 @@ def _revision_started(state: TaskState, event: RevisionStarted) -> dict[str, Any
         lessons=event.lessons,
         redo=event.redo,
         lineage=lineage,
-        started_at=state.updated_at,
+        # The revision started when its own event was written, not when the one before it was.
+        started_at=at if at is not None else state.updated_at,
     )
     return {
         "phase": TaskPhase.EXECUTING,

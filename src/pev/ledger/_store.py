@@ -102,6 +102,8 @@ def check_batch(
         raise StoreError(f"task {task_id}: the index row does not match the entries appended")
     if summary.head_hash != entries[-1].hash:
         raise StoreError(f"task {task_id}: the index row's head hash is not the last entry's")
+    if first < 1:
+        raise StoreError(f"task {task_id}: sequence numbers start at 1, not {first}")
     if first <= head_seq:
         raise ConflictError(task_id, first)
     if first != head_seq + 1:

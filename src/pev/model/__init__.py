@@ -3,6 +3,14 @@
 Every type here is an immutable value with no I/O; :mod:`pev.codec` turns them into JSON.
 """
 
+from pev._json import (
+    JsonObject,
+    JsonValue,
+    canonical_json,
+    digest,
+    freeze_json,
+    thaw_json,
+)
 from pev.model._assess import VerdictCheck, classify_verdict, raw_digest
 from pev.model._contract import VerificationContract, VerificationMode, check_contract
 from pev.model._evidence import (
@@ -14,14 +22,6 @@ from pev.model._evidence import (
     record_ref,
 )
 from pev.model._ids import EvidenceId, RecordId, TaskId
-from pev._json import (
-    JsonObject,
-    JsonValue,
-    canonical_json,
-    digest,
-    freeze_json,
-    thaw_json,
-)
 from pev.model._plan import (
     DEFAULT_MAX_NODES,
     Effect,

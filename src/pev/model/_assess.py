@@ -12,10 +12,10 @@ import hashlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from pev._json import canonical_json, freeze_json, thaw_json
 from pev.codec import decode, encode
 from pev.errors import CodecError
 from pev.model._contract import VerificationContract
-from pev._json import canonical_json, freeze_json, thaw_json
 from pev.model._plan import Plan
 from pev.model._verdict import (
     CriterionResult,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from pev.model._ids import EvidenceId
 from pev._json import JsonValue, freeze_json
+from pev.model._ids import EvidenceId
 
 __all__ = [
     "Evidence",
@@ -83,6 +83,8 @@ class Evidence:
     def __post_init__(self) -> None:
         object.__setattr__(self, "payload", freeze_json(self.payload, path="payload"))
         object.__setattr__(self, "phase", EvidencePhase(self.phase))
+        if isinstance(self.artifact, bytearray | memoryview):
+            object.__setattr__(self, "artifact", bytes(self.artifact))
         if self.artifact is None:
             if self.sha256 is not None:
                 raise ValueError("evidence has a sha256 but no artifact")

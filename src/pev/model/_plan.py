@@ -8,8 +8,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from pev.errors import PlanError
 from pev._json import JsonObject, JsonValue, freeze_json, is_json_object, json_type_name
+from pev.errors import PlanError
 
 __all__ = [
     "DEFAULT_MAX_NODES",

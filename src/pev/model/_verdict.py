@@ -198,6 +198,6 @@ def passes(verdict: Verdict | None, reliability: Reliability | None) -> bool:
     """True iff the verdict's status is ``success`` and its reliability is ``ok``."""
     return (
         verdict is not None
-        and reliability is Reliability.OK
-        and verdict.status is VerdictStatus.SUCCESS
+        and reliability == Reliability.OK
+        and verdict.status == VerdictStatus.SUCCESS
     )

@@ -1,0 +1,45 @@
+# pev: the two commands of the Quickstart are `make demo` and `make test`.
+# Both create .venv on first use; nothing needs installing by hand but Python 3.11+ and make.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+empty  :=
+space  := $(empty) $(empty)
+comma  := ,
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Every extra that exists so far; `make test` installs them all.
+EXTRAS := dev
+STAMP  := $(VENV)/.installed-$(subst $(space),-,$(EXTRAS))
+
+.PHONY: test lint typecheck pytest bench clean help
+
+help:  ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "pev needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[$(subst $(space),$(comma),$(EXTRAS))]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+test: $(STAMP) lint typecheck pytest  ## ruff, mypy --strict and the whole pytest suite.
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict src
+
+pytest: $(STAMP)
+	$(BIN)/pytest --cov --cov-report=term --cov-report=xml -p no:cacheprovider
+
+bench: $(STAMP)  ## Kernel and ledger benchmarks; writes the figures to docs/benchmarks.md.
+	$(BIN)/python bench/bench_foundation.py --write docs/benchmarks.md
+
+clean:  ## Remove the virtual environment and caches.
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage coverage.xml

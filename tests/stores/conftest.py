@@ -1,0 +1,359 @@
+"""Fixtures of the store contract suite: every backend, a fake clock, tasks, and tampering.
+
+A backend joins the suite by adding one entry to :data:`BACKENDS`: how to open a fresh store,
+and how to tamper with what it stored. Every test that asks for ``store`` (or anything built on
+it) then runs against it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from pev import codec
+from pev.kernel import Finish, LocalReplan, TaskStatus, TerminalReason, diagnose
+from pev.ledger import (
+    CancelRequested,
+    CaptureFailed,
+    Diagnosed,
+    Event,
+    Ledger,
+    NodeDispatched,
+    NodeFinished,
+    RevisionKind,
+    RevisionStarted,
+    RoundExecuted,
+    Store,
+    TaskCreated,
+    TaskState,
+    VerdictRecorded,
+    dispatch,
+    lineage_results,
+)
+from pev.model import (
+    Effect,
+    EvidencePhase,
+    ExecutionRecord,
+    Plan,
+    PlanNode,
+    RecordId,
+    RecordStatus,
+    Reliability,
+    Success,
+    Verdict,
+    VerificationContract,
+    VerificationMode,
+    digest,
+)
+from pev.stores import MemoryStore, SQLiteStore
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+# --- tampering -------------------------------------------------------------------------------
+
+
+class Tamper(Protocol):
+    """Changes a stored ledger behind the store's back, the way an attacker or a bad disk would.
+
+    None of these touch the task index row, so a dropped last event leaves the index head behind.
+    """
+
+    def edit(self, task_id: str, seq: int) -> None:
+        """Rewrite event ``seq`` in place (same seq, same stored hash, different event)."""
+        ...
+
+    def drop(self, task_id: str, seq: int) -> None:
+        """Delete event ``seq``."""
+        ...
+
+    def swap(self, task_id: str, first: int, second: int) -> None:
+        """Exchange the places of events ``first`` and ``second``."""
+        ...
+
+    def drop_last(self, task_id: str) -> None:
+        """Delete the task's last event."""
+        ...
+
+
+def forge(event: Event) -> Event:
+    """A plausible forgery of ``event``: one small field changed, or another event altogether."""
+    if isinstance(event, TaskCreated):
+        return dataclasses.replace(event, input={"forged": True})
+    for field in dataclasses.fields(event):
+        if field.name in ("task_id", "record_id", "revision"):
+            continue
+        value = getattr(event, field.name)
+        if type(value) is bool:
+            return dataclasses.replace(event, **{field.name: not value})
+        if type(value) is int:
+            return dataclasses.replace(event, **{field.name: value + 1})
+        if type(value) is str:
+            return dataclasses.replace(event, **{field.name: value + " (forged)"})
+        if isinstance(value, datetime):
+            return dataclasses.replace(event, **{field.name: value + timedelta(seconds=1)})
+    return CancelRequested(reason="forged")
+
+
+class MemoryTamper:
+    """Tampers with a :class:`MemoryStore` through its private entry lists."""
+
+    def __init__(self, store: Store) -> None:
+        assert isinstance(store, MemoryStore)
+        self._entries = store._entries
+
+    def edit(self, task_id: str, seq: int) -> None:
+        entries = self._entries[task_id]
+        original = entries[seq - 1]
+        entries[seq - 1] = dataclasses.replace(original, event=forge(original.event))
+
+    def drop(self, task_id: str, seq: int) -> None:
+        del self._entries[task_id][seq - 1]
+
+    def swap(self, task_id: str, first: int, second: int) -> None:
+        entries = self._entries[task_id]
+        entries[first - 1], entries[second - 1] = entries[second - 1], entries[first - 1]
+
+    def drop_last(self, task_id: str) -> None:
+        self._entries[task_id].pop()
+
+
+class SQLiteTamper:
+    """Tampers with a :class:`SQLiteStore`'s file through a connection of its own.
+
+    Each change first drops the append-only triggers, as someone with write access could.
+    """
+
+    _PARKED = 1_000_000_000  # a seq no test ledger reaches, to park a row while swapping
+    _DELETE_LAST = (
+        "DELETE FROM pev_events WHERE task_id = ? AND seq = "
+        "(SELECT MAX(seq) FROM pev_events WHERE task_id = ?)"
+    )
+
+    def __init__(self, store: Store) -> None:
+        assert isinstance(store, SQLiteStore)
+        self._location = store.location
+
+    def _execute(self, *statements: tuple[str, tuple[object, ...]]) -> None:
+        with contextlib.closing(sqlite3.connect(self._location, isolation_level=None)) as conn:
+            conn.execute("DROP TRIGGER IF EXISTS pev_events_no_update")
+            conn.execute("DROP TRIGGER IF EXISTS pev_events_no_delete")
+            conn.execute("BEGIN IMMEDIATE")
+            for sql, params in statements:
+                conn.execute(sql, params)
+            conn.execute("COMMIT")
+
+    def _event_json(self, task_id: str, seq: int) -> str:
+        with contextlib.closing(sqlite3.connect(self._location)) as conn:
+            row = conn.execute(
+                "SELECT event FROM pev_events WHERE task_id = ? AND seq = ?", (task_id, seq)
+            ).fetchone()
+        assert row is not None, f"task {task_id} has no event {seq}"
+        return str(row[0])
+
+    def edit(self, task_id: str, seq: int) -> None:
+        forged = forge(codec.loads(self._event_json(task_id, seq), Event))
+        self._execute(
+            (
+                "UPDATE pev_events SET event = ?, kind = ? WHERE task_id = ? AND seq = ?",
+                (codec.dumps(forged), forged.kind, task_id, seq),
+            )
+        )
+
+    def drop(self, task_id: str, seq: int) -> None:
+        self._execute(("DELETE FROM pev_events WHERE task_id = ? AND seq = ?", (task_id, seq)))
+
+    def swap(self, task_id: str, first: int, second: int) -> None:
+        renumber = "UPDATE pev_events SET seq = ? WHERE task_id = ? AND seq = ?"
+        self._execute(
+            (renumber, (self._PARKED, task_id, first)),
+            (renumber, (first, task_id, second)),
+            (renumber, (second, task_id, self._PARKED)),
+        )
+
+    def drop_last(self, task_id: str) -> None:
+        self._execute((self._DELETE_LAST, (task_id, task_id)))
+
+
+# --- backends --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """How the suite opens a fresh store of one kind, and tampers with it."""
+
+    open: Callable[[Path], Awaitable[Store]]
+    tamper: Callable[[Store], Tamper]
+
+
+async def _open_memory(tmp_path: Path) -> Store:
+    return MemoryStore()
+
+
+async def _open_sqlite(tmp_path: Path) -> Store:
+    return SQLiteStore(tmp_path / "ledger.db")
+
+
+# One entry per backend; a PostgreSQL backend adds ("postgres", Backend(...)) here, its opener
+# calling pytest.skip when no server is configured.
+BACKENDS: dict[str, Backend] = {
+    "memory": Backend(open=_open_memory, tamper=MemoryTamper),
+    "sqlite": Backend(open=_open_sqlite, tamper=SQLiteTamper),
+}
+
+
+@pytest.fixture
+def backends() -> dict[str, Backend]:
+    """Every backend by name, for a module that overrides ``backend`` to pin one of them."""
+    return BACKENDS
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Each backend in turn."""
+    return BACKENDS[request.param]
+
+
+@pytest.fixture
+async def store(backend: Backend, tmp_path: Path) -> AsyncIterator[Store]:
+    """A fresh, empty store of the backend under test, closed afterwards."""
+    opened = await backend.open(tmp_path)
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def tamper(backend: Backend, store: Store) -> Tamper:
+    """Tampering with ``store``'s stored ledgers."""
+    return backend.tamper(store)
+
+
+# --- time, ledgers and tasks -----------------------------------------------------------------
+
+
+class FakeClock:
+    """A UTC clock that moves one second each time it is read, and jumps on request."""
+
+    def __init__(self, start: datetime = START) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+CONTRACT = VerificationContract(
+    VerificationMode.RECOVERY, "fetch the answer", ("the answer is stored",)
+)
+PLAN = Plan("fetch the answer", (PlanNode("a", "fetch it", tool="fetch"),))
+
+
+class TaskFactory:
+    """Drives tasks through a ledger to a given phase with real, legal events."""
+
+    contract = CONTRACT
+    plan = PLAN
+
+    def __init__(self, ledger: Ledger, clock: FakeClock) -> None:
+        self.ledger = ledger
+        self.clock = clock
+
+    async def planning(self, task_id: str) -> TaskState:
+        """A new task: one ``task_created`` event."""
+        return await self.ledger.create({"question": task_id}, contract=CONTRACT, task_id=task_id)
+
+    async def executing(self, task_id: str) -> TaskState:
+        """A task whose initial revision started (2 events)."""
+        await self.planning(task_id)
+        return await self.ledger.append(task_id, [self.revision()])
+
+    async def verifying(self, task_id: str) -> TaskState:
+        """A task whose one node ran and succeeded (5 events)."""
+        await self.executing(task_id)
+        record_id = RecordId(f"{task_id}-r1")
+        now = self.clock.now
+        record = ExecutionRecord(
+            id=record_id,
+            task_id=task_id,
+            revision=1,
+            node_id="a",
+            tool="fetch",
+            args_digest=digest({}),
+            effect=Effect.QUERY,
+            idempotency_key=f"{task_id}:r1",
+            created_at=now,
+            updated_at=now,
+        )
+        await self.ledger.append(task_id, [NodeDispatched(record=record)])
+        finished = NodeFinished(
+            record_id=record_id, status=RecordStatus.SUCCEEDED, result=Success(42), at=now
+        )
+        return await self.ledger.append(
+            task_id, [finished, RoundExecuted(revision=1, executed_ok=True)]
+        )
+
+    async def awaiting_replan(self, task_id: str) -> TaskState:
+        """A task whose verdict failed and that waits for a local replan (9 events)."""
+        state = await self.verifying(task_id)
+        verdict = Verdict.failed(CONTRACT, failed_nodes=["a"], feedback="wrong answer")
+        diagnosis = diagnose(verdict, Reliability.OK, lineage_results(state))
+        state = await self.ledger.append(
+            task_id,
+            [
+                VerdictRecorded(revision=1, verdict=verdict, reliability=Reliability.OK),
+                Diagnosed(revision=1, diagnosis=diagnosis),
+            ],
+        )
+        decision = LocalReplan(frozenset({"a"}), "wrong answer")
+        return await self.ledger.append(task_id, dispatch(state, decision, now=self.clock.now))
+
+    async def finished(self, task_id: str) -> TaskState:
+        """A task that ended succeeded/passed (8 events)."""
+        state = await self.verifying(task_id)
+        verdict = Verdict.passed(CONTRACT)
+        state = await self.ledger.append(
+            task_id, [VerdictRecorded(revision=1, verdict=verdict, reliability=Reliability.OK)]
+        )
+        decision = Finish(TaskStatus.SUCCEEDED, TerminalReason.PASSED)
+        return await self.ledger.append(task_id, dispatch(state, decision, now=self.clock.now))
+
+    @staticmethod
+    def revision(number: int = 1) -> RevisionStarted:
+        """The initial revision's start."""
+        return RevisionStarted(
+            number=number, revision_kind=RevisionKind.INITIAL, reason="initial plan", plan=PLAN
+        )
+
+    @staticmethod
+    def capture_failed(error: str = "camera offline") -> CaptureFailed:
+        """An event legal in any phase of a live task."""
+        return CaptureFailed(revision=1, phase=EvidencePhase.AFTER, error=error)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fake clock starting at 2026-01-01T00:00:00Z."""
+    return FakeClock()
+
+
+@pytest.fixture
+def ledger(store: Store, clock: FakeClock) -> Ledger:
+    """A ledger over ``store`` on the fake clock."""
+    return Ledger(store, clock=clock)
+
+
+@pytest.fixture
+def tasks(ledger: Ledger, clock: FakeClock) -> TaskFactory:
+    """Builds tasks in a chosen phase through ``ledger``."""
+    return TaskFactory(ledger, clock)

@@ -1,0 +1,272 @@
+"""What only the SQLite store promises: durable settings, append-only rows, versioned files."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pev.errors import LedgerCorruptError, SchemaVersionError, StoreError
+from pev.ledger import SCHEMA_VERSION, Ledger
+from pev.stores import SQLiteStore
+
+if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
+    from conftest import Backend, TaskFactory
+
+
+@pytest.fixture
+def backend(backends: dict[str, Backend]) -> Backend:
+    """Only the SQLite backend, for every fixture built on ``backend`` in this module."""
+    return backends["sqlite"]
+
+
+@contextlib.contextmanager
+def connect(path: str | Path) -> Iterator[sqlite3.Connection]:
+    """A plain connection of the test's own to the database file, in autocommit mode."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        yield conn
+
+
+# --- settings and schema ---------------------------------------------------------------------
+
+
+async def test_journal_is_wal(store: SQLiteStore) -> None:
+    """The file uses write-ahead logging, so readers never block the writer."""
+    with connect(store.location) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_commits_are_fully_synchronous(store: SQLiteStore) -> None:
+    """The store's connection flushes every commit to disk (``synchronous=FULL``)."""
+    assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # 2 is FULL
+
+
+async def test_file_is_marked_as_a_pev_ledger(store: SQLiteStore) -> None:
+    """The file carries pev's application id and the schema version it was written with."""
+    with connect(store.location) as conn:
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == 0x70657631
+        version = conn.execute("SELECT value FROM pev_meta WHERE key = 'schema_version'")
+        assert version.fetchone()[0] == str(SCHEMA_VERSION)
+
+
+async def test_event_rows_cannot_be_updated(store: SQLiteStore, tasks: TaskFactory) -> None:
+    """A trigger refuses any UPDATE of an event row."""
+    await tasks.executing("t1")
+    with connect(store.location) as conn, pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("UPDATE pev_events SET event = '{}' WHERE task_id = 't1' AND seq = 2")
+
+
+async def test_event_rows_cannot_be_deleted(store: SQLiteStore, tasks: TaskFactory) -> None:
+    """A trigger refuses any DELETE of an event row."""
+    await tasks.executing("t1")
+    with connect(store.location) as conn, pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("DELETE FROM pev_events WHERE task_id = 't1'")
+    assert len(await store.read("t1")) == 2
+
+
+async def test_missing_folder_is_created(tmp_path: Path) -> None:
+    """A database path in folders that do not exist yet creates them."""
+    store = SQLiteStore(tmp_path / "a" / "b" / "ledger.db")
+    try:
+        assert await store.list_tasks() == ()
+    finally:
+        await store.close()
+    assert (tmp_path / "a" / "b" / "ledger.db").is_file()
+
+
+async def test_private_in_memory_database(tasks: TaskFactory) -> None:
+    """``":memory:"`` gives a working store that keeps nothing on disk."""
+    store = SQLiteStore(":memory:")
+    try:
+        ledger = Ledger(store, clock=tasks.clock)
+        state = await ledger.create({"q": 1}, task_id="t1")
+        assert await Ledger(store).state("t1") == state
+    finally:
+        await store.close()
+
+
+# --- durability ------------------------------------------------------------------------------
+
+
+async def test_reopened_file_reads_the_same_ledgers(
+    store: SQLiteStore, ledger: Ledger, tasks: TaskFactory
+) -> None:
+    """After close and reopen, every entry, index row and state reads back the same."""
+    states = {
+        "wait": await tasks.awaiting_replan("wait"),
+        "done": await tasks.finished("done"),
+        "run": await tasks.executing("run"),
+    }
+    entries = {task_id: await store.read(task_id) for task_id in states}
+    listed = await store.list_tasks()
+    await store.close()
+
+    again = SQLiteStore(store.location)
+    try:
+        assert {task_id: await again.read(task_id) for task_id in states} == entries
+        assert await again.list_tasks() == listed
+        fresh = Ledger(again)
+        for task_id, state in states.items():
+            assert await fresh.state(task_id) == state
+            assert (await fresh.verify(task_id)).ok
+    finally:
+        await again.close()
+
+
+async def test_reopened_file_takes_further_appends(store: SQLiteStore, tasks: TaskFactory) -> None:
+    """A reopened ledger continues the chain where the closed one left it."""
+    await tasks.executing("t1")
+    await store.close()
+    again = SQLiteStore(store.location)
+    try:
+        fresh = Ledger(again, clock=tasks.clock)
+        state = await fresh.append("t1", [tasks.capture_failed()])
+        assert state.event_count == 3
+        assert (await fresh.verify("t1")).ok
+    finally:
+        await again.close()
+
+
+# --- refusing files it must not read ---------------------------------------------------------
+
+
+def _set_schema_version(path: str, value: str | None) -> None:
+    with connect(path) as conn:
+        if value is None:
+            conn.execute("DELETE FROM pev_meta WHERE key = 'schema_version'")
+        else:
+            conn.execute("UPDATE pev_meta SET value = ? WHERE key = 'schema_version'", (value,))
+
+
+@pytest.mark.parametrize(
+    ("written", "found", "advice"),
+    [
+        pytest.param(str(SCHEMA_VERSION + 1), SCHEMA_VERSION + 1, "upgrade pev", id="newer"),
+        pytest.param("0", 0, "open it with the pev release that wrote it", id="older"),
+        pytest.param(None, 0, "open it with the pev release that wrote it", id="unversioned"),
+    ],
+)
+async def test_other_schema_version_is_refused(
+    store: SQLiteStore, tasks: TaskFactory, written: str | None, found: int, advice: str
+) -> None:
+    """A ledger of another schema version raises SchemaVersionError saying what to do."""
+    await tasks.executing("t1")
+    await store.close()
+    _set_schema_version(store.location, written)
+    with pytest.raises(SchemaVersionError, match=advice) as info:
+        SQLiteStore(store.location)
+    assert (info.value.found, info.value.expected) == (found, SCHEMA_VERSION)
+    assert store.location in str(info.value)
+
+
+async def test_unreadable_schema_version_is_refused(store: SQLiteStore, tasks: TaskFactory) -> None:
+    """A schema version that is not a number raises StoreError, not a bare ValueError."""
+    await tasks.executing("t1")
+    await store.close()
+    _set_schema_version(store.location, "banana")
+    with pytest.raises(StoreError, match="not a number"):
+        SQLiteStore(store.location)
+
+
+async def test_refused_schema_version_leaves_the_file_alone(
+    store: SQLiteStore, tasks: TaskFactory
+) -> None:
+    """Refusing a newer ledger does not rewrite its version."""
+    await tasks.executing("t1")
+    await store.close()
+    _set_schema_version(store.location, "2")
+    with pytest.raises(SchemaVersionError):
+        SQLiteStore(store.location)
+    with connect(store.location) as conn:
+        version = conn.execute("SELECT value FROM pev_meta WHERE key = 'schema_version'")
+        assert version.fetchone()[0] == "2"
+
+
+@pytest.fixture
+def foreign_db(tmp_path: Path) -> Path:
+    """A SQLite file of another application: its own application id and tables."""
+    path = tmp_path / "other.db"
+    with connect(path) as conn:
+        conn.execute("PRAGMA application_id = 1234")
+        conn.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, name TEXT)")
+    return path
+
+
+async def test_database_of_another_application_is_refused(foreign_db: Path) -> None:
+    """A SQLite file whose application id is not pev's raises StoreError naming the way out."""
+    with pytest.raises(StoreError, match="another application") as info:
+        SQLiteStore(foreign_db)
+    assert not isinstance(info.value, SchemaVersionError)
+    assert "new file" in str(info.value)
+
+
+async def test_database_of_another_application_is_left_alone(foreign_db: Path) -> None:
+    """Refusing another application's file changes nothing in it: no tables, no WAL switch."""
+    with pytest.raises(StoreError):
+        SQLiteStore(foreign_db)
+    with connect(foreign_db) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert tables == {"photos"}
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+async def test_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+    """A file that is not SQLite at all raises StoreError."""
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"these are my notes, not a database\n" * 100)
+    with pytest.raises(StoreError):
+        SQLiteStore(path)
+
+
+# --- corrupt rows ----------------------------------------------------------------------------
+
+
+def _overwrite_event(path: str, task_id: str, seq: int, text: str) -> None:
+    with connect(path) as conn:
+        conn.execute("DROP TRIGGER pev_events_no_update")
+        conn.execute(
+            "UPDATE pev_events SET event = ? WHERE task_id = ? AND seq = ?", (text, task_id, seq)
+        )
+
+
+GARBAGE = [
+    pytest.param("{not json at all", id="not-json"),
+    pytest.param('{"kind": "no_such_event"}', id="unknown-kind"),
+    pytest.param("[1, 2, 3]", id="wrong-shape"),
+    pytest.param('{"kind": "capture_failed", "revision": 1}', id="missing-fields"),
+]
+
+
+@pytest.mark.parametrize("garbage", GARBAGE)
+async def test_garbage_event_makes_read_name_its_seq(
+    store: SQLiteStore, tasks: TaskFactory, garbage: str
+) -> None:
+    """A row whose event cannot be decoded makes ``read`` raise LedgerCorruptError naming it."""
+    await tasks.awaiting_replan("t1")
+    _overwrite_event(store.location, "t1", 4, garbage)
+    with pytest.raises(LedgerCorruptError, match="event 4") as info:
+        await store.read("t1")
+    assert (info.value.task_id, info.value.seq) == ("t1", 4)
+
+
+@pytest.mark.parametrize("garbage", GARBAGE)
+async def test_garbage_event_is_reported_by_verify(
+    store: SQLiteStore, tasks: TaskFactory, garbage: str
+) -> None:
+    """``Ledger.verify`` reports a row that cannot be decoded as the first bad event."""
+    await tasks.awaiting_replan("t1")
+    _overwrite_event(store.location, "t1", 4, garbage)
+    report = await Ledger(store).verify("t1")
+    assert (report.ok, report.first_bad_seq) == (False, 4)
+    assert "event 4" in report.problem
+
+
+async def test_rows_before_the_garbage_still_read(store: SQLiteStore, tasks: TaskFactory) -> None:
+    """Reading after a garbage row's seq is unaffected by it."""
+    await tasks.awaiting_replan("t1")
+    _overwrite_event(store.location, "t1", 4, "{not json at all")
+    assert [entry.seq for entry in await store.read("t1", after=4)] == [5, 6, 7, 8, 9]

@@ -1,0 +1,510 @@
+"""The codec: pev values to JSON and back, losslessly and strictly."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pev import codec
+from pev.errors import CodecError, PevError
+from pev.model import (
+    CriterionResult,
+    CriterionStatus,
+    DeviceFailure,
+    Effect,
+    Evidence,
+    EvidenceId,
+    EvidencePhase,
+    ExecutionRecord,
+    JsonObject,
+    NodeResult,
+    Plan,
+    PlanNode,
+    RecordId,
+    RecordStatus,
+    Success,
+    TaskId,
+    Verdict,
+    VerdictStatus,
+    VerificationContract,
+    VerificationMode,
+    VerifierFailure,
+    freeze_json,
+)
+
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+# ---- strategies ------------------------------------------------------------------------------
+
+TEXT = st.text(max_size=12)
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXT, children, max_size=4),
+    max_leaves=15,
+).map(freeze_json)
+OBJECTS = st.dictionaries(TEXT, JSON, max_size=4).map(JsonObject)
+# Hypothesis takes naive bounds and attaches the zones itself.
+TIMES = st.datetimes(
+    min_value=datetime(2000, 1, 1),  # noqa: DTZ001
+    max_value=datetime(2100, 1, 1),  # noqa: DTZ001
+    timezones=st.sampled_from(
+        [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))]
+    ),
+)
+TEXTS = st.lists(TEXT, max_size=3).map(tuple)
+
+NODES = st.builds(
+    PlanNode,
+    id=TEXT,
+    description=TEXT,
+    tool=st.none() | TEXT,
+    args=OBJECTS,
+    after=TEXTS,
+    effect=st.sampled_from(Effect),
+)
+PLANS = st.builds(Plan, goal=TEXT, nodes=st.lists(NODES, max_size=4).map(tuple))
+CRITERIA = st.builds(
+    CriterionResult, criterion=TEXT, status=st.sampled_from(CriterionStatus), evidence_refs=TEXTS
+)
+VERDICTS = st.builds(
+    Verdict,
+    status=st.sampled_from(VerdictStatus),
+    failed_nodes=st.frozensets(TEXT, max_size=3),
+    feedback=TEXT,
+    criteria=st.lists(CRITERIA, max_size=3).map(tuple),
+    unmet_criteria=TEXTS,
+    preserved_constraints=TEXTS,
+    guidance=TEXT,
+    evidence_refs=TEXTS,
+)
+RECORDS = st.builds(
+    ExecutionRecord,
+    id=TEXT.map(RecordId),
+    task_id=TEXT.map(TaskId),
+    revision=st.integers(min_value=1, max_value=1000),
+    node_id=TEXT,
+    tool=st.none() | TEXT,
+    args_digest=st.text("0123456789abcdef", min_size=64, max_size=64),
+    effect=st.sampled_from(Effect),
+    idempotency_key=TEXT,
+    status=st.sampled_from(RecordStatus),
+    created_at=TIMES,
+    updated_at=TIMES,
+    error=st.none() | TEXT,
+)
+EVIDENCE = st.builds(
+    Evidence,
+    id=TEXT.map(EvidenceId),
+    phase=st.sampled_from(EvidencePhase),
+    kind=st.sampled_from(["state", "image", "depth"]),
+    source=TEXT,
+    captured_at=TIMES,
+    revision=st.integers(min_value=1, max_value=1000),
+    payload=JSON,
+    artifact=st.none() | st.binary(max_size=64),
+    media_type=st.none() | st.just("image/png"),
+)
+RESULTS: st.SearchStrategy[NodeResult] = st.one_of(
+    st.builds(Success, value=JSON),
+    st.builds(
+        DeviceFailure,
+        node_id=TEXT,
+        error=TEXT,
+        is_timeout=st.booleans(),
+        outcome_unknown=st.booleans(),
+    ),
+    st.builds(VerifierFailure, node_id=TEXT, reason=TEXT),
+)
+CONTRACTS = st.one_of(
+    st.builds(VerificationContract, mode=st.just(VerificationMode.OFF)),
+    st.builds(
+        VerificationContract,
+        mode=st.sampled_from([m for m in VerificationMode if m is not VerificationMode.OFF]),
+        goal=st.text(min_size=1, max_size=10).filter(str.strip),
+        success_criteria=st.lists(
+            st.text(min_size=1, max_size=10).filter(str.strip), min_size=1, max_size=3, unique=True
+        ).map(tuple),
+        constraints=TEXTS,
+        required_evidence=st.lists(st.sampled_from(["state", "image"]), max_size=2).map(tuple),
+    ),
+)
+
+# Each value strategy with the type the codec decodes it into.
+VALUES = st.one_of(
+    PLANS.map(lambda v: (v, Plan)),
+    VERDICTS.map(lambda v: (v, Verdict)),
+    RECORDS.map(lambda v: (v, ExecutionRecord)),
+    EVIDENCE.map(lambda v: (v, Evidence)),
+    RESULTS.map(lambda v: (v, NodeResult)),
+    CONTRACTS.map(lambda v: (v, VerificationContract)),
+)
+
+
+def _canonical(text: str) -> str:
+    """Canonical JSON, written independently of pev."""
+    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# ---- round trips -----------------------------------------------------------------------------
+
+
+@given(VALUES)
+def test_decode_undoes_encode(value_and_type: tuple[object, Any]) -> None:
+    """decode(encode(x)) == x for every kind of model value."""
+    value, into = value_and_type
+
+    assert codec.decode(codec.encode(value), into) == value
+
+
+@given(VALUES)
+def test_loads_undoes_dumps(value_and_type: tuple[object, Any]) -> None:
+    """loads(dumps(x)) == x, through text."""
+    value, into = value_and_type
+
+    assert codec.loads(codec.dumps(value), into) == value
+
+
+@given(VALUES)
+def test_dumps_is_canonical(value_and_type: tuple[object, Any]) -> None:
+    """dumps writes sorted keys with no whitespace, and re-encoding gives the same text."""
+    value, into = value_and_type
+    text = codec.dumps(value)
+
+    assert text == _canonical(text)
+    assert codec.dumps(codec.loads(text, into)) == text
+
+
+@given(VALUES)
+def test_encode_gives_plain_json(value_and_type: tuple[object, Any]) -> None:
+    """encode() output survives the standard json module unchanged."""
+    value, _ = value_and_type
+    encoded = codec.encode(value)
+
+    assert json.loads(json.dumps(encoded)) == encoded
+
+
+@given(st.frozensets(TEXT, max_size=6))
+def test_dumps_does_not_depend_on_set_order(nodes: frozenset[str]) -> None:
+    """A frozenset is written sorted, so equal verdicts have equal text."""
+    forward = Verdict(VerdictStatus.FAILURE, failed_nodes=frozenset(sorted(nodes)))
+    backward = Verdict(VerdictStatus.FAILURE, failed_nodes=frozenset(sorted(nodes, reverse=True)))
+
+    assert codec.dumps(forward) == codec.dumps(backward)
+
+
+@given(OBJECTS, st.randoms())
+def test_dumps_does_not_depend_on_key_order(args: JsonObject, random: Any) -> None:
+    """Args built in another key order give the same text."""
+    keys = list(args)
+    random.shuffle(keys)
+    shuffled = JsonObject({key: args[key] for key in keys})
+
+    assert codec.dumps(PlanNode("a", args=args)) == codec.dumps(PlanNode("a", args=shuffled))
+
+
+def test_decoded_values_are_frozen() -> None:
+    """Decoded args hold JsonObjects and tuples, never dicts or lists."""
+    node = codec.decode({"id": "a", "args": {"xs": [1, {"y": [2]}]}}, PlanNode)
+
+    assert isinstance(node.args, JsonObject)
+    xs = node.args["xs"]
+    assert isinstance(xs, tuple)
+    assert isinstance(xs[1], JsonObject)
+
+
+def test_decoded_times_are_utc() -> None:
+    """A time written with another offset is read back as the same instant, in UTC."""
+    record = codec.decode(
+        {**codec.encode(_record()), "created_at": "2024-05-01T14:00:00+02:00"}, ExecutionRecord
+    )
+
+    assert record.created_at == T0
+    assert record.created_at.tzinfo is UTC
+
+
+# ---- the wire format -------------------------------------------------------------------------
+
+
+def _record() -> ExecutionRecord:
+    return ExecutionRecord(
+        id=RecordId("r1"),
+        task_id=TaskId("t1"),
+        revision=1,
+        node_id="grip",
+        tool="gripper",
+        args_digest="ab",
+        effect=Effect.ACTION,
+        idempotency_key="t1/r1",
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        pytest.param(
+            Plan("g", (PlanNode("a", "do", tool="t", args={"x": [1, None]}, effect=Effect.QUERY),)),
+            '{"goal":"g","nodes":[{"after":[],"args":{"x":[1,null]},"description":"do",'
+            '"effect":"query","id":"a","tool":"t"}]}',
+            id="plan",
+        ),
+        pytest.param(
+            _record(),
+            '{"args_digest":"ab","created_at":"2024-05-01T12:00:00Z","effect":"action",'
+            '"error":null,"id":"r1","idempotency_key":"t1/r1","node_id":"grip",'
+            '"revision":1,"status":"pending","task_id":"t1","tool":"gripper",'
+            '"updated_at":"2024-05-01T12:00:00Z"}',
+            id="record",
+        ),
+        pytest.param(Success({"ok": True}), '{"kind":"success","value":{"ok":true}}', id="success"),
+        pytest.param(
+            DeviceFailure("n1", "timeout", is_timeout=True, outcome_unknown=True),
+            '{"error":"timeout","is_timeout":true,"kind":"device_failure","node_id":"n1",'
+            '"outcome_unknown":true}',
+            id="device-failure",
+        ),
+        pytest.param(
+            VerifierFailure("n1", "weak grip"),
+            '{"kind":"verifier_failure","node_id":"n1","reason":"weak grip"}',
+            id="verifier-failure",
+        ),
+        pytest.param(
+            Evidence(
+                id=EvidenceId("e1"),
+                phase=EvidencePhase.AFTER,
+                kind="image",
+                source="cam",
+                captured_at=T0,
+                revision=2,
+                artifact=b"png",
+            ),
+            '{"artifact":"cG5n","captured_at":"2024-05-01T12:00:00Z","id":"e1","kind":"image",'
+            '"media_type":null,"payload":null,"phase":"after","revision":2,'
+            '"sha256":"8f8cbb7dcf46e0bc7d53265749a6c17d116093a6ba95e442764060c76fd4a86c"'
+            ',"source":"cam"}',
+            id="evidence-bytes-as-base64",
+        ),
+    ],
+)
+def test_wire_format(value: object, text: str) -> None:
+    """The canonical text of each kind of value is pinned, so stored ledgers stay readable."""
+    assert codec.dumps(value) == text
+
+
+# ---- strict decoding -------------------------------------------------------------------------
+
+RECORD: dict[str, Any] = codec.encode(_record())  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize(
+    ("data", "into", "path", "message"),
+    [
+        pytest.param(
+            {"goal": "g", "nodes": [{"id": "a", "bogus": 1}]},
+            Plan,
+            "$.nodes[0]",
+            "PlanNode has no field 'bogus'",
+            id="unknown-field",
+        ),
+        pytest.param(
+            {"nodes": []},
+            Plan,
+            "$",
+            "Plan is missing the required field 'goal'",
+            id="missing-field",
+        ),
+        pytest.param(
+            {k: v for k, v in RECORD.items() if k != "idempotency_key"},
+            ExecutionRecord,
+            "$",
+            "missing the required field 'idempotency_key'",
+            id="missing-record-field",
+        ),
+        pytest.param(
+            {"goal": "g", "nodes": [{"id": "a", "after": ["x", 1]}]},
+            Plan,
+            "$.nodes[0].after[1]",
+            "expected a string, got int 1",
+            id="wrong-type-in-list",
+        ),
+        pytest.param(
+            {**RECORD, "revision": "1"},
+            ExecutionRecord,
+            "$.revision",
+            "expected an integer, got str '1'",
+            id="string-for-int",
+        ),
+        pytest.param(
+            {**RECORD, "revision": True},
+            ExecutionRecord,
+            "$.revision",
+            "expected an integer, got bool True",
+            id="bool-for-int",
+        ),
+        pytest.param(
+            {"goal": "g", "nodes": {"id": "a"}},
+            Plan,
+            "$.nodes",
+            "expected an array",
+            id="object-for-array",
+        ),
+        pytest.param([], Plan, "$", "expected an object, got list []", id="array-for-object"),
+        pytest.param(
+            {**RECORD, "status": "done"},
+            ExecutionRecord,
+            "$.status",
+            "expected one of ['pending', 'accepted', 'running', 'succeeded', 'failed', "
+            "'cancelled', 'unknown'], got 'done'",
+            id="unknown-enum-value",
+        ),
+        pytest.param(
+            {"kind": "explosion", "node_id": "a"},
+            NodeResult,
+            "$",
+            "unknown kind 'explosion'",
+            id="unknown-kind",
+        ),
+        pytest.param(
+            {"node_id": "a", "error": "x"},
+            NodeResult,
+            "$",
+            "unknown kind None",
+            id="missing-kind",
+        ),
+        pytest.param(
+            {"kind": "success", "node_id": "a", "reason": "r"},
+            VerifierFailure,
+            "$",
+            "expected kind 'verifier_failure', got 'success'",
+            id="wrong-kind-for-type",
+        ),
+        pytest.param(
+            {**RECORD, "created_at": "2024-05-01T12:00:00"},
+            ExecutionRecord,
+            "$.created_at",
+            "has no UTC offset",
+            id="naive-datetime",
+        ),
+        pytest.param(
+            {**RECORD, "updated_at": "yesterday"},
+            ExecutionRecord,
+            "$.updated_at",
+            "expected an ISO 8601 time, got 'yesterday'",
+            id="not-a-datetime",
+        ),
+        pytest.param(
+            {"goal": "g", "nodes": [{"id": "a", "args": {"x": [1, {"y": float("nan")}]}}]},
+            Plan,
+            "$.nodes[0].args.x",
+            "nan is not a JSON number",
+            id="nan-in-args",
+        ),
+        pytest.param(
+            {
+                "id": "e1",
+                "phase": "after",
+                "kind": "image",
+                "source": "cam",
+                "captured_at": "2024-05-01T12:00:00Z",
+                "revision": 1,
+                "artifact": "not base64!",
+            },
+            Evidence,
+            "$.artifact",
+            "not valid base64",
+            id="bad-base64",
+        ),
+        pytest.param(
+            {
+                "id": "e1",
+                "phase": "after",
+                "kind": "image",
+                "source": "cam",
+                "captured_at": "2024-05-01T12:00:00Z",
+                "revision": 1,
+                "artifact": "cG5n",
+                "sha256": "0" * 64,
+            },
+            Evidence,
+            "$",
+            "not a valid Evidence",
+            id="sha256-mismatch",
+        ),
+        pytest.param(
+            {"mode": "recovery", "goal": "", "success_criteria": ["x"]},
+            VerificationContract,
+            "$",
+            "not a valid VerificationContract",
+            id="invalid-contract",
+        ),
+        pytest.param(
+            {"status": "success", "failed_nodes": "a"},
+            Verdict,
+            "$.failed_nodes",
+            "expected an array",
+            id="string-for-set",
+        ),
+    ],
+)
+def test_strict_decode_error(data: object, into: Any, path: str, message: str) -> None:
+    """Data that does not fit its type is a CodecError whose path points at the fault."""
+    with pytest.raises(CodecError) as info:
+        codec.decode(data, into)
+
+    assert info.value.path == path
+    assert message in str(info.value)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_decode_path_prefix() -> None:
+    """A caller's path is the root of the error path."""
+    with pytest.raises(CodecError) as info:
+        codec.decode({"goal": 1}, Plan, path="event.plan")
+
+    assert info.value.path == "event.plan.goal"
+
+
+def test_loads_rejects_text_that_is_not_json() -> None:
+    """loads() of broken text is a CodecError, not a ValueError."""
+    with pytest.raises(CodecError, match="not valid JSON"):
+        codec.loads('{"goal": ', Plan)
+
+
+def test_encode_rejects_a_naive_datetime() -> None:
+    """A time without a zone is refused on the way out too."""
+    naive = ExecutionRecord(
+        id=RecordId("r1"),
+        task_id=TaskId("t1"),
+        revision=1,
+        node_id="a",
+        tool=None,
+        args_digest="ab",
+        effect=Effect.ACTION,
+        idempotency_key="k",
+        created_at=datetime(2024, 5, 1, 12, 0),  # noqa: DTZ001 - the naive time under test
+        updated_at=T0,
+    )
+
+    with pytest.raises(CodecError, match="naive datetimes are ambiguous"):
+        codec.dumps(naive)
+
+
+def test_encode_rejects_an_unknown_type() -> None:
+    """Something the codec does not know is a CodecError."""
+    with pytest.raises(CodecError, match="a object cannot be encoded"):
+        codec.encode({"payload": [object()]})
+
+
+def test_codec_error_is_a_pev_error() -> None:
+    """CodecError sits under the PevError root."""
+    assert issubclass(CodecError, PevError)
