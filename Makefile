@@ -11,7 +11,7 @@ BIN    := $(VENV)/bin
 EXTRAS := dev
 STAMP  := $(VENV)/.installed-$(subst $(space),-,$(EXTRAS))
 
-.PHONY: test lint typecheck pytest bench clean help
+.PHONY: demo test lint typecheck pytest bench clean help
 
 help:  ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -25,6 +25,9 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[$(subst $(space),$(comma),$(EXTRAS))]"
 	rm -f $(VENV)/.installed-*
 	touch $@
+
+demo: $(STAMP)  ## Run the embedded demo (written to the default ledger; PEV_DB overrides).
+	$(BIN)/pev demo
 
 test: $(STAMP) lint typecheck pytest  ## ruff, mypy --strict and the whole pytest suite.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TypeAlias, TypeGuard
 
 __all__ = [
@@ -25,7 +25,10 @@ __all__ = [
     "thaw_json",
 ]
 
-JsonValue: TypeAlias = "bool | int | float | str | tuple[JsonValue, ...] | JsonObject | None"
+JsonValue: TypeAlias = (
+    "bool | int | float | str | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
+)
+"""A JSON value. pev stores them frozen: arrays as tuples, objects as :class:`JsonObject`."""
 
 
 class JsonObject(Mapping[str, "JsonValue"]):

@@ -95,6 +95,7 @@ from pev.model import (
     VerifierFailure,
     digest,
     downstream,
+    freeze_json,
     passes,
     record_status_for,
 )
@@ -196,12 +197,11 @@ class _Driver:
     # -- one method per phase ------------------------------------------------------------------
 
     def planning(self, state: TaskState, choice: int) -> tuple[Event, ...]:
-        move = choice % 6
-        if move == 0:
-            return reject_plan(state, problems=("the plan has a cycle",), plan=None, now=self.now)
-        if move == 1:
+        if choice % 29 == 0:
             return request_cancel(state, reason="operator")
-        if move == 2 and expire(state, now=self.now):
+        if choice % 7 == 0:
+            return reject_plan(state, problems=("the plan has a cycle",), plan=None, now=self.now)
+        if choice % 5 == 0 and expire(state, now=self.now):
             return expire(state, now=self.now)
         kind = state.planning or RevisionKind.INITIAL
         action = state.replan_action
@@ -265,7 +265,8 @@ class _Driver:
         if not todo and not running:
             moves.append(self.capture(state, choice))
             moves.append((RoundExecuted(revision=revision.number, executed_ok=executed_ok(state)),))
-        moves.append(request_cancel(state, reason="operator"))
+        if choice % 31 == 0 or not moves:
+            return request_cancel(state, reason="operator")
         return moves[choice % len(moves)]
 
     def verifying(self, state: TaskState, choice: int) -> tuple[Event, ...]:
@@ -327,12 +328,11 @@ class _Driver:
         return (*events, *dispatch(state, decision, now=self.now))
 
     def awaiting(self, state: TaskState, choice: int) -> tuple[Event, ...]:
-        move = choice % 5
-        if move == 0:
+        if choice % 19 == 0:
             return request_cancel(state, reason="operator")
-        if move == 1 and expire(state, now=self.now):
+        if choice % 5 == 1 and expire(state, now=self.now):
             return expire(state, now=self.now)
-        if move == 2 and (unknown := unsettled_unknown_actions(state)):
+        if choice % 3 == 2 and (unknown := unsettled_unknown_actions(state)):
             settled = unknown[choice % len(unknown)]
             return (
                 RecordReconciled(
@@ -381,6 +381,8 @@ class _Driver:
         results: list[NodeResult] = [
             Success({"node": node, "n": choice % 3}),
             Success(choice % 5),
+            Success(f"{node} done"),
+            Success(None),
             DeviceFailure(node, "device offline"),
             DeviceFailure(
                 node, "timed out", is_timeout=True, outcome_unknown=record.effect is Effect.ACTION
@@ -395,7 +397,7 @@ class _Driver:
     def capture(self, state: TaskState, choice: int) -> tuple[Event, ...]:
         revision = state.revision
         assert revision is not None
-        if choice % 4 == 0:
+        if choice % 8 == 0:
             return (
                 CaptureFailed(revision=revision.number, phase=EvidencePhase.AFTER, error="dark"),
             )
@@ -415,21 +417,25 @@ class _Driver:
 
     def verdict(self, plan: Plan, choice: int) -> tuple[Verdict | None, Reliability]:
         blamed = [n for i, n in enumerate(plan.node_ids) if (choice >> i) & 1]
-        match choice % 6:
-            case 0 | 1:
+        match choice % 9:
+            case 0 | 1 | 2:
                 return Verdict.passed(self.contract), Reliability.OK
-            case 2:
+            case 3 | 4 | 5:
                 return Verdict.failed(self.contract, failed_nodes=blamed, feedback="no"), (
                     Reliability.OK
                 )
-            case 3:
+            case 6:
                 return Verdict.failed(self.contract, failed_nodes=blamed, unreachable=True), (
                     Reliability.OK
                 )
-            case 4:
+            case 7:
                 return None, Reliability.THROWN
             case _:
                 return Verdict(VerdictStatus.INCONCLUSIVE), Reliability.INCONCLUSIVE
+
+
+# Histories vary in length; a slow machine must not turn that into a flaky deadline error.
+HISTORIES = settings(deadline=None)
 
 
 @st.composite
@@ -441,7 +447,9 @@ def stories(draw: st.DrawFn) -> Story:
         replan_timeout_s=REPLAN_TIMEOUT_S,
         task_timeout_s=draw(st.sampled_from([None, 250.0])),
     )
-    driver = _Driver(draw(st.sampled_from(VerificationMode)), policy, draw(st.booleans()))
+    # Recovery is drawn more often: it is the mode with replans, rejections and the valves.
+    mode = draw(st.sampled_from([*VerificationMode, *[VerificationMode.RECOVERY] * 3]))
+    driver = _Driver(mode, policy, draw(st.booleans()))
     choices = draw(st.lists(st.integers(min_value=0, max_value=10_000), max_size=70))
     return driver.run(choices)
 
@@ -449,7 +457,7 @@ def stories(draw: st.DrawFn) -> Story:
 # --- the fold ---------------------------------------------------------------------------------
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)
 @given(stories())
 def test_driver_writes_only_histories_the_fold_accepts(story: Story) -> None:
     """Replaying what the machine functions wrote gives the state the driver folded."""
@@ -458,6 +466,7 @@ def test_driver_writes_only_histories_the_fold_accepts(story: Story) -> None:
     assert story.states[-1].updated_at == story.entries[-1].at
 
 
+@HISTORIES
 @given(stories())
 def test_replay_is_deterministic(story: Story) -> None:
     """Replaying the same entries twice, or their decoded copies, gives equal states."""
@@ -465,6 +474,7 @@ def test_replay_is_deterministic(story: Story) -> None:
     assert replay(story.entries) == replay(list(story.entries)) == replay(decoded)
 
 
+@HISTORIES
 @given(stories(), st.data())
 def test_fold_is_prefix_consistent(story: Story, data: st.DataObject) -> None:
     """replay of the first k entries is the k-th folded state, and folding the rest completes it."""
@@ -477,6 +487,7 @@ def test_fold_is_prefix_consistent(story: Story, data: st.DataObject) -> None:
     assert state == replay(story.entries)
 
 
+@HISTORIES
 @given(stories())
 def test_terminal_histories_end_with_task_finished(story: Story) -> None:
     """A history whose task ended has task_finished as its last event and nowhere else."""
@@ -486,6 +497,7 @@ def test_terminal_histories_end_with_task_finished(story: Story) -> None:
     assert "task_finished" not in kinds[:-1]
 
 
+@HISTORIES
 @given(stories())
 def test_revisions_are_numbered_one_by_one(story: Story) -> None:
     """Revision numbers in any history are 1, 2, 3, ... and replans stay within the budget."""
@@ -598,7 +610,7 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     TaskCreated: st.builds(
         TaskCreated,
         task_id=ids.map(TaskId),
-        input=json_values,
+        input=json_values.map(freeze_json),
         contract=contracts,
         policy=policies,
         components=st.dictionaries(st.sampled_from(["planner", "executor"]), ids, max_size=2),
@@ -680,7 +692,7 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         TaskFinished,
         status=st.sampled_from(TaskStatus),
         reason=st.sampled_from(TerminalReason),
-        outputs=st.dictionaries(ids, json_values, max_size=3),
+        outputs=st.dictionaries(ids, json_values, max_size=3).map(freeze_json),
         detail=texts,
     ),
 }
@@ -703,6 +715,7 @@ def test_every_event_round_trips_through_the_codec(event: Event) -> None:
     assert codec.dumps(back) == text
 
 
+@HISTORIES
 @given(stories())
 def test_ledger_entries_round_trip_through_the_codec(story: Story) -> None:
     """Every stored entry decodes to an equal entry whose encoding is unchanged."""
@@ -725,6 +738,7 @@ def _verify(story_entries: list[LedgerEntry] | tuple[LedgerEntry, ...], story: S
     )
 
 
+@HISTORIES
 @given(stories())
 def test_written_chain_verifies(story: Story) -> None:
     """A history as written verifies, with and without the index's head."""
@@ -749,6 +763,7 @@ def _edited(value: object) -> object:
     return value + "~"
 
 
+@HISTORIES
 @given(stories(), st.data())
 def test_edited_field_is_detected(story: Story, data: st.DataObject) -> None:
     """Editing any one field of one stored entry is caught at that entry (or cannot be read)."""
@@ -771,6 +786,7 @@ def test_edited_field_is_detected(story: Story, data: st.DataObject) -> None:
     assert report.first_bad_seq == index + 1
 
 
+@HISTORIES
 @given(stories(), st.data())
 def test_dropped_entry_is_detected(story: Story, data: st.DataObject) -> None:
     """Dropping any one entry, the last included, is caught where the gap starts."""
@@ -781,6 +797,7 @@ def test_dropped_entry_is_detected(story: Story, data: st.DataObject) -> None:
     assert report.first_bad_seq == index + 1
 
 
+@HISTORIES
 @given(stories(), st.data())
 def test_swapped_entries_are_detected(story: Story, data: st.DataObject) -> None:
     """Swapping any two entries is caught at the first of them."""

@@ -97,7 +97,7 @@ def verify_chain(
 
     Returns:
         A report naming the first bad event; an edited, dropped (even the last) or reordered
-        event is always caught. Folding the events is checked by :func:`pev.ledger.verify`.
+        event is always caught. Folding the events is checked by :meth:`pev.ledger.Ledger.verify`.
     """
     prev_hash = GENESIS_HASH
     for expected_seq, entry in enumerate(entries, start=1):

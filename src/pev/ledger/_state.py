@@ -93,6 +93,7 @@ class Revision:
         redo: For a local replan, the nodes dispatched again; empty means all.
         lineage: The number of the initial or global revision its lineage started with.
         started_at: When it started.
+        attempt: The planner call that produced its plan (1 for the first call).
     """
 
     number: int
@@ -104,6 +105,7 @@ class Revision:
     redo: frozenset[str]
     lineage: int
     started_at: datetime | None
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -402,6 +404,7 @@ def _revision_started(
         lineage=lineage,
         # The revision started when its own event was written, not when the one before it was.
         started_at=at if at is not None else state.updated_at,
+        attempt=state.planner_calls,
     )
     return {
         "phase": TaskPhase.EXECUTING,

@@ -1,0 +1,5 @@
+"""The `pev` command line (SPEC §9). The library never imports this package."""
+
+from pev.cli._app import EXIT_CODES, cli, default_db, main
+
+__all__ = ["EXIT_CODES", "cli", "default_db", "main"]

@@ -1,0 +1,226 @@
+"""Terminal views of tasks: the task list and one task's revision timeline (rich renderables)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from pev.kernel import Finish, GlobalReplan, LocalReplan, TaskStatus
+from pev.ledger import (
+    ChainReport,
+    Diagnosed,
+    Dispatched,
+    PlanRejected,
+    Revision,
+    TaskPhase,
+    TaskState,
+    TaskSummary,
+    VerdictRecorded,
+    known_refs,
+)
+from pev.model import CriterionStatus, RecordStatus, canonical_json
+
+__all__ = ["SHORT_ID", "STATUS_STYLE", "chain_report", "task_table", "timeline"]
+
+SHORT_ID = 8
+"""How many leading characters of a task id the task list shows."""
+
+STATUS_STYLE = {
+    TaskStatus.SUCCEEDED: "bold green",
+    TaskStatus.PARTIAL: "bold yellow",
+    TaskStatus.FAILED: "bold red",
+    TaskStatus.CANCELLED: "bold magenta",
+}
+_RECORD_STYLE = {
+    RecordStatus.SUCCEEDED: "green",
+    RecordStatus.FAILED: "red",
+    RecordStatus.UNKNOWN: "bold yellow",
+    RecordStatus.CANCELLED: "magenta",
+}
+_CRITERION_MARK = {
+    CriterionStatus.SATISFIED: Text("✓", style="green"),
+    CriterionStatus.UNSATISFIED: Text("✗", style="red"),
+    CriterionStatus.UNKNOWN: Text("?", style="yellow"),
+}
+
+
+def _status_text(phase: TaskPhase, status: TaskStatus | None) -> Text:
+    if status is None:
+        return Text(str(phase), style="cyan")
+    return Text(str(status), style=STATUS_STYLE[status])
+
+
+def task_table(summaries: Sequence[TaskSummary]) -> Table:
+    """The task list: short id (any unique prefix works in `pev show`), status, title, time."""
+    table = Table(title="tasks", title_justify="left", expand=False)
+    table.add_column("task", no_wrap=True, min_width=SHORT_ID)
+    table.add_column("status", no_wrap=True, min_width=9)
+    table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=23)
+    table.add_column("updated", no_wrap=True, min_width=11)
+    table.add_column("title", overflow="fold", min_width=12)
+    for summary in summaries:
+        table.add_row(
+            summary.task_id[:SHORT_ID],
+            _status_text(summary.phase, summary.status),
+            str(summary.reason or ""),
+            f"{summary.updated_at:%m-%d %H:%M}",
+            summary.title,
+        )
+    return table
+
+
+def timeline(state: TaskState) -> Group:
+    """One task, revision by revision: plan and node status, verdict, diagnosis, decision."""
+    parts: list[RenderableType] = [_header(state)]
+    rejections = list(state.rejections)
+    for revision in state.revisions:
+        while rejections and rejections[0].attempt < revision.attempt:
+            parts.append(_rejection(rejections.pop(0)))
+        parts.append(_revision(state, revision))
+    parts.extend(_rejection(rejected) for rejected in rejections)
+    parts.append(_ending(state))
+    return Group(*parts)
+
+
+def _header(state: TaskState) -> RenderableType:
+    contract = state.contract
+    head = Text.assemble(("task ", "bold"), (state.task_id, "bold cyan"))
+    lines = [head, Text(f"input: {canonical_json(state.created.input)}")]
+    lines.append(
+        Text(f"contract: {contract.mode}" + (f", goal: {contract.goal}" if contract.goal else ""))
+    )
+    lines.extend(Text(f"  criterion: {criterion}") for criterion in contract.success_criteria)
+    return Group(*lines, Text(""))
+
+
+def _rejection(rejected: PlanRejected) -> RenderableType:
+    lines = [
+        Text(f"plan rejected (planner call {rejected.attempt}, {rejected.planning}):", style="red")
+    ]
+    lines.extend(Text(f"  - {problem}") for problem in rejected.problems)
+    return Group(*lines, Text(""))
+
+
+def _revision(state: TaskState, revision: Revision) -> RenderableType:
+    title = f"revision {revision.number} ({revision.kind}): {revision.reason}"
+    table = Table(title=title, title_justify="left", title_style="bold", expand=False)
+    for column in ("node", "tool", "effect", "after", "record"):
+        table.add_column(column)
+    records = {r.node_id: r for r in state.records.values() if r.revision == revision.number}
+    skipped = {s.node_id for s in state.skipped if s.revision == revision.number}
+    for node in revision.plan.nodes:
+        record = records.get(node.id)
+        if record is not None:
+            cell = Text(str(record.status), style=_RECORD_STYLE.get(record.status, ""))
+            if record.error:
+                cell.append(f" ({record.error})", style="dim")
+            if record.id in state.reconciled:
+                cell.append(" reconciled", style="cyan")
+        elif node.id in skipped:
+            cell = Text("skipped", style="dim")
+        elif revision.redo and node.id not in revision.redo:
+            cell = Text("kept", style="dim green")
+        else:
+            cell = Text("not dispatched", style="dim")
+        table.add_row(node.id, node.tool or "", str(node.effect), ", ".join(node.after), cell)
+    parts: list[RenderableType] = [table]
+    parts.extend(_verdicts(state, revision.number))
+    parts.append(Text(""))
+    return Group(*parts)
+
+
+def _verdicts(state: TaskState, number: int) -> list[RenderableType]:
+    parts: list[RenderableType] = []
+    refs = known_refs(state)
+    for recorded in (v for v in state.verdicts if v.revision == number):
+        parts.extend(_verdict(recorded, refs))
+    parts.extend(_diagnosis(d) for d in state.diagnoses if d.revision == number)
+    parts.extend(_decision(d) for d in state.decisions if d.revision == number)
+    return parts
+
+
+def _verdict(recorded: VerdictRecorded, refs: frozenset[str]) -> list[RenderableType]:
+    if recorded.evidence_missing:
+        return [Text("verdict: not asked (required evidence missing)", style="red")]
+    verdict = recorded.verdict
+    line = Text("verdict: ", style="bold")
+    line.append(str(verdict.status) if verdict else "none")
+    line.append(f"  reliability: {recorded.reliability}", style="dim")
+    parts: list[RenderableType] = [line]
+    parts.extend(Text(f"  ! {problem}", style="red") for problem in recorded.problems)
+    if verdict is not None:
+        for result in verdict.criteria:
+            mark = _CRITERION_MARK.get(result.status, Text("?"))
+            cited = ", ".join(ref for ref in result.evidence_refs if ref in refs)
+            parts.append(
+                Text.assemble(
+                    "  ", mark, f" {result.criterion}", (f"  [{cited}]" if cited else "", "dim")
+                )
+            )
+        if verdict.failed_nodes:
+            parts.append(Text(f"  blames: {', '.join(sorted(verdict.failed_nodes))}"))
+        if verdict.feedback:
+            parts.append(Text(f"  feedback: {verdict.feedback}", style="italic"))
+    return parts
+
+
+def _diagnosis(diagnosed: Diagnosed) -> RenderableType:
+    diagnosis = diagnosed.diagnosis
+    return Text.assemble(
+        ("diagnosis: ", "bold"), (str(diagnosis.cause), "yellow"), f"  {diagnosis.detail}"
+    )
+
+
+def _decision(dispatched: Dispatched) -> RenderableType:
+    decision = dispatched.decision
+    line = Text("decision: ", style="bold")
+    match decision:
+        case Finish(status=status, reason=reason, shadow=shadow):
+            line.append(f"finish {status}/{reason}", style=STATUS_STYLE.get(status, ""))
+            if shadow is not None:
+                line.append(f"  (recovery would have: {_describe(shadow)})", style="dim")
+        case LocalReplan() | GlobalReplan():
+            line.append(_describe(decision), style="cyan")
+    return line
+
+
+def _describe(decision: Finish | LocalReplan | GlobalReplan) -> str:
+    match decision:
+        case Finish(status=status, reason=reason):
+            return f"finish {status}/{reason}"
+        case LocalReplan(nodes=nodes):
+            return f"local replan of {', '.join(sorted(nodes))}"
+        case GlobalReplan():
+            return "global replan"
+
+
+def _ending(state: TaskState) -> RenderableType:
+    finished = state.finished
+    if finished is None:
+        note = f"in progress: {state.phase}"
+        if state.replan_deadline is not None:
+            note += f" (replan must begin by {state.replan_deadline:%Y-%m-%d %H:%M:%S} UTC)"
+        return Text(note, style="cyan")
+    line = Text.assemble(
+        ("result: ", "bold"),
+        (f"{finished.status}/{finished.reason}", STATUS_STYLE[finished.status]),
+    )
+    if finished.detail:
+        line.append(f"  {finished.detail}", style="dim")
+    parts: list[RenderableType] = [line]
+    parts.extend(
+        Text(f"  output {node}: {canonical_json(value)}")
+        for node, value in finished.outputs.items()
+    )
+    return Group(*parts)
+
+
+def chain_report(report: ChainReport) -> Text:
+    """One line per verified task: ok, or the first bad event and what is wrong with it."""
+    if report.ok:
+        return Text.assemble(("ok  ", "bold green"), f"{report.task_id}  ({report.events} events)")
+    where = f"event {report.first_bad_seq}" if report.first_bad_seq is not None else "ledger"
+    return Text.assemble(("BAD ", "bold red"), f"{report.task_id}  {where}: {report.problem}")

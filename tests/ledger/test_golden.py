@@ -1,0 +1,142 @@
+"""Golden ledgers: recorded histories that today's rules must still read, verify and replay.
+
+The files in ``golden/`` are data written once by ``golden/make_golden.py`` (never run here). If a
+change to the fold, the codec or the hash chain alters what a stored history means, these tests
+fail; regenerate the files only when that change is intended.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pev import codec
+from pev.kernel import TaskStatus, TerminalReason
+from pev.ledger import (
+    Ledger,
+    LedgerEntry,
+    Store,
+    TaskFinished,
+    replay,
+    summarize,
+    verify_chain,
+)
+from pev.stores import MemoryStore, SQLiteStore
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+NAMES = (
+    "happy_path",
+    "local_replan_then_pass",
+    "device_failure_partial",
+    "rejected_plan_budget_exhausted",
+    "replan_deadline_expired",
+)
+
+
+def lines(name: str) -> list[str]:
+    return (GOLDEN / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+
+
+def entries(name: str) -> tuple[LedgerEntry, ...]:
+    return tuple(codec.loads(line, LedgerEntry) for line in lines(name))
+
+
+def expected(name: str) -> dict[str, Any]:
+    data = json.loads((GOLDEN / f"{name}.expected.json").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def outcome(stored: tuple[LedgerEntry, ...]) -> dict[str, Any]:
+    """The replayed outcome, in the shape of the ``.expected.json`` files."""
+    state = replay(stored)
+    finished = state.finished
+    return {
+        "phase": str(state.phase),
+        "status": str(finished.status) if finished else None,
+        "reason": str(finished.reason) if finished else None,
+        "replans_used": state.replans_used,
+        "revisions": len(state.revisions),
+        "outputs": codec.encode(finished.outputs) if finished else None,
+        "event_kinds": [entry.event.kind for entry in stored],
+        "head_hash": stored[-1].hash,
+    }
+
+
+def test_golden_files_are_all_present() -> None:
+    """Every golden scenario has its ledger and its expected outcome, and there are no others."""
+    on_disk = {path.name.removesuffix(".jsonl") for path in GOLDEN.glob("*.jsonl")}
+    assert on_disk == set(NAMES)
+    for name in NAMES:
+        assert (GOLDEN / f"{name}.expected.json").is_file()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_lines_decode_to_the_same_text(name: str) -> None:
+    """Each line decodes to a LedgerEntry whose canonical encoding is that very line."""
+    for line in lines(name):
+        assert codec.dumps(codec.loads(line, LedgerEntry)) == line
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_chain_verifies(name: str) -> None:
+    """The hash chain of the recorded history is whole, up to the recorded head hash."""
+    stored = entries(name)
+    report = verify_chain(
+        stored[0].task_id,
+        stored,
+        head_count=len(stored),
+        head_hash=expected(name)["head_hash"],
+    )
+    assert report.ok, report.problem
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_replays_to_its_expected_outcome(name: str) -> None:
+    """Replaying the recorded history gives exactly the recorded outcome."""
+    assert outcome(entries(name)) == expected(name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_every_prefix_folds(name: str) -> None:
+    """Every prefix of the recorded history is a state the fold accepts, counted right."""
+    stored = entries(name)
+    for count in range(1, len(stored) + 1):
+        assert replay(stored[:count]).event_count == count
+
+
+def _store(kind: str, tmp_path: Path) -> Store:
+    return MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "golden.db")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("name", NAMES)
+async def test_golden_ledger_verifies_inside_a_store(name: str, kind: str, tmp_path: Path) -> None:
+    """Loaded into a store, the recorded history verifies and reads back as the same state."""
+    stored = entries(name)
+    store = _store(kind, tmp_path)
+    try:
+        state = replay(stored)
+        await store.append(stored, summarize(state, head_hash=stored[-1].hash))
+        ledger = Ledger(store)
+        report = await ledger.verify(stored[0].task_id)
+        assert report.ok, report.problem
+        assert await ledger.state(stored[0].task_id) == state
+    finally:
+        await store.close()
+
+
+def test_golden_edit_is_caught() -> None:
+    """Turning the recorded failure into a success breaks the chain at the last event."""
+    stored = list(entries("replan_deadline_expired"))
+    ending = stored[-1].event
+    assert isinstance(ending, TaskFinished)
+    forged = replace(ending, status=TaskStatus.SUCCEEDED, reason=TerminalReason.PASSED)
+    stored[-1] = replace(stored[-1], event=forged)
+    report = verify_chain(stored[0].task_id, stored)
+    assert not report.ok
+    assert report.first_bad_seq == len(stored)

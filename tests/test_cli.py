@@ -1,0 +1,183 @@
+"""The `pev` command line: demo, tasks, show, ledger verify, exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pev.cli import EXIT_CODES, cli, default_db, main
+from pev.kernel import TaskStatus
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.db"
+
+
+def _invoke(db: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def _task_ids(db: Path) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        return [row[0] for row in conn.execute("SELECT task_id FROM pev_tasks ORDER BY title")]
+
+
+def test_demo_runs_every_scenario_and_verifies(db: Path) -> None:
+    """`pev demo` runs the four scenarios to their documented endings, each ledger verified."""
+    code, out = _invoke(db, "demo")
+    assert code == 0
+    assert out.count("ok  ") == 4
+    assert "decision: local replan of pick_red" in out
+    assert "decision: global replan" in out
+    assert "result: partial/device_failure" in out
+    assert "result: partial/verifier_unreliable" in out
+    assert out.count("result: succeeded/passed") == 2
+
+
+def test_demo_never_resends_the_action_whose_outcome_is_unknown(db: Path) -> None:
+    """The timeout scenario dispatches the hung move once and ends partial, not retried."""
+    _invoke(db, "demo", "--scenario", "timeout")
+    with sqlite3.connect(db) as conn:
+        kinds = [row[0] for row in conn.execute("SELECT kind FROM pev_events ORDER BY seq")]
+        moves = conn.execute(
+            "SELECT COUNT(*) FROM pev_events WHERE kind = 'node_dispatched' "
+            'AND event LIKE \'%"node_id":"place_red"%\''
+        ).fetchone()[0]
+    assert moves == 1
+    assert "replan_started" not in kinds
+    assert kinds[-1] == "task_finished"
+
+
+def test_tasks_lists_and_filters_by_status(db: Path) -> None:
+    """`pev tasks` lists every task; --status keeps only those with that status."""
+    _invoke(db, "demo", "--scenario", "slip", "--scenario", "camera")
+    code, out = _invoke(db, "tasks")
+    assert code == 0
+    assert "succeeded" in out
+    assert "partial" in out
+    code, out = _invoke(db, "tasks", "--status", "partial")
+    assert code == 0
+    assert "partial" in out
+    assert "succeeded" not in out
+
+
+def test_tasks_on_an_empty_ledger_says_so(db: Path) -> None:
+    """An empty ledger prints a plain note, not an empty table."""
+    code, out = _invoke(db, "tasks")
+    assert code == 0
+    assert "no tasks" in out
+
+
+def test_show_prints_the_revision_timeline(db: Path) -> None:
+    """`pev show TASK` prints each revision with node status, verdict, diagnosis and decision."""
+    _invoke(db, "demo", "--scenario", "slip")
+    (task_id,) = _task_ids(db)
+    code, out = _invoke(db, "show", task_id)
+    assert code == 0
+    for line in (
+        "revision 1 (initial)",
+        "revision 2 (local)",
+        "kept",
+        "diagnosis: plan_or_answer_error",
+        "result: succeeded/passed",
+    ):
+        assert line in out
+
+
+def test_show_unknown_task_is_a_usage_error(db: Path) -> None:
+    """An unknown task id exits 2 with one line naming the id and the way out."""
+    _invoke(db, "demo", "--scenario", "camera")
+    result = CliRunner().invoke(cli, ["--db", str(db), "show", "no-such-task"])
+    assert result.exit_code == 2
+    assert "no task with id 'no-such-task'" in result.output
+    assert "pev tasks" in result.output
+
+
+def test_ledger_verify_passes_then_names_the_tampered_event(db: Path) -> None:
+    """`pev ledger verify` exits 0 on an intact ledger and 1 naming an edited event."""
+    _invoke(db, "demo", "--scenario", "camera")
+    code, out = _invoke(db, "ledger", "verify")
+    assert code == 0
+    assert "0 failed verification" in out
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TRIGGER pev_events_no_update")
+        conn.execute(
+            "UPDATE pev_events SET event = replace(event, 'camera driver', 'lens') WHERE seq = 14"
+        )
+    code, out = _invoke(db, "ledger", "verify")
+    assert code == 1
+    assert "BAD" in out
+    assert "event 14" in out
+
+
+def test_bad_database_is_a_one_line_error(tmp_path: Path) -> None:
+    """A file that is not a pev ledger gives a one-line error, not a traceback."""
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("PRAGMA application_id = 42")
+        conn.execute("CREATE TABLE t (x)")
+    result = CliRunner().invoke(cli, ["--db", str(other), "tasks"])
+    assert result.exit_code == 1
+    assert "another application" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_database_comes_from_the_environment(db: Path) -> None:
+    """PEV_DB names the ledger when --db is not given."""
+    result = CliRunner().invoke(cli, ["demo", "--scenario", "camera"], env={"PEV_DB": str(db)})
+    assert result.exit_code == 0
+    assert len(_task_ids(db)) == 1
+
+
+def test_unknown_option_is_a_usage_error(db: Path) -> None:
+    """A bad argument exits 2."""
+    result = CliRunner().invoke(cli, ["--db", str(db), "demo", "--scenario", "nope"])
+    assert result.exit_code == 2
+    assert "nope" in result.output
+
+
+def test_exit_codes_follow_the_spec() -> None:
+    """Exit codes: 0 succeeded, 1 failed, 3 partial, 4 cancelled (2 is a usage error)."""
+    assert EXIT_CODES == {
+        TaskStatus.SUCCEEDED: 0,
+        TaskStatus.FAILED: 1,
+        TaskStatus.PARTIAL: 3,
+        TaskStatus.CANCELLED: 4,
+    }
+
+
+def test_default_database_lives_in_the_user_data_directory() -> None:
+    """Without --db or PEV_DB the ledger is ledger.db in pev's user data directory."""
+    path = default_db()
+    assert path.name == "ledger.db"
+    assert "pev" in path.parts
+
+
+def test_main_runs_the_version_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """The entry point answers --version with the installed version."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert "pev, version" in capsys.readouterr().out
+
+
+def test_show_accepts_a_unique_id_prefix(db: Path) -> None:
+    """`pev show` takes the short id the task list prints."""
+    _invoke(db, "demo", "--scenario", "camera")
+    (task_id,) = _task_ids(db)
+    code, out = _invoke(db, "show", task_id[:8])
+    assert code == 0
+    assert task_id in out
+
+
+def test_ambiguous_prefix_is_a_usage_error(db: Path) -> None:
+    """A prefix that matches several tasks exits 2 and asks for more of the id."""
+    _invoke(db, "demo", "--scenario", "camera", "--scenario", "timeout")
+    result = CliRunner().invoke(cli, ["--db", str(db), "show", ""])
+    assert result.exit_code == 2
+    assert "ambiguous" in result.output
