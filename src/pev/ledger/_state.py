@@ -8,7 +8,7 @@ reads a clock or does I/O: times come from the entries.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
@@ -242,12 +242,21 @@ def apply(state: TaskState | None, event: Event, *, at: datetime | None = None) 
     if state.terminal:
         _refuse(state, event, "the task has ended and never changes again")
     changes = _changes(state, event, at=at)
-    return replace(
-        state,
-        **changes,
-        event_count=state.event_count + 1,
-        updated_at=at if at is not None else state.updated_at,
-    )
+    changes["event_count"] = state.event_count + 1
+    changes["updated_at"] = at if at is not None else state.updated_at
+    return _evolve(state, changes)
+
+
+def _evolve(state: TaskState, changes: dict[str, Any]) -> TaskState:
+    """``dataclasses.replace`` without re-running ``__init__``: the fold's hot path.
+
+    The fold already checked every change, so a field-by-field copy is enough; it is several
+    times faster than ``replace`` on a state of this many fields.
+    """
+    new = object.__new__(TaskState)
+    for name in _STATE_FIELDS:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(state, name))
+    return new
 
 
 def _refuse(state: TaskState, event: Event, why: str) -> NoReturn:
@@ -359,6 +368,8 @@ _VERIFY_FIELDS = {
     "diagnosed": "diagnoses",
     "dispatched": "decisions",
 }
+
+_STATE_FIELDS = tuple(f.name for f in fields(TaskState))
 
 _PHASE_OF_STATUS = {
     TaskStatus.SUCCEEDED: TaskPhase.SUCCEEDED,
