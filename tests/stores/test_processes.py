@@ -19,7 +19,6 @@ from pev.ledger import Ledger
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
     from conftest import Backend, TaskFactory
-
     from pev.stores import SQLiteStore
 
 LOCKSTEP_ROUNDS = 5
