@@ -139,10 +139,10 @@ class SQLiteStore:
         busy_timeout_s: float = 30.0,
         offload: bool = False,
     ) -> None:
-        self._location = str(path)
-        in_memory = self._location == ":memory:"
+        in_memory = str(path) == ":memory:"
+        self._location = str(path) if in_memory else str(Path(path).expanduser())
         if not in_memory:
-            Path(self._location).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            Path(self._location).parent.mkdir(parents=True, exist_ok=True)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pev-sqlite")
         self._inline: sqlite3.Connection | None = None
         self._inline_lock = threading.Lock()
