@@ -5,10 +5,12 @@ Diagnose → Dispatch), and keeps every plan of a task in an append-only, hash-c
 
 The packages follow the specification's sections:
 
+* :mod:`pev.engine`: the loop (``run``, ``run_sync``, ``resume``, ``cancel``) and ``@tool``;
 * :mod:`pev.model`: the data model (plans, node results, records, evidence, contracts, verdicts);
 * :mod:`pev.kernel`: the pure decision functions (diagnose, to_replan_action, decide);
 * :mod:`pev.ledger`: events, the fold, the task state machine and the hash chain;
 * :mod:`pev.stores`: the ledger stores (in-memory, SQLite);
+* :mod:`pev.rails`: observers of the loop; :mod:`pev.testing`: test doubles for your agents;
 * :mod:`pev.codec`: the one JSON codec; :mod:`pev.errors`: every exception pev raises.
 
 The most used names are re-exported here.
@@ -16,8 +18,17 @@ The most used names are re-exported here.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from pev.engine import (
+    RunResult,
+    cancel,
+    resume,
+    run,
+    run_sync,
+    tool,
+)
 from pev.errors import (
     CodecError,
+    ComponentError,
     ConflictError,
     ContractError,
     LedgerCorruptError,
@@ -27,6 +38,7 @@ from pev.errors import (
     StateError,
     StoreError,
     UnknownTaskError,
+    UsageError,
 )
 from pev.kernel import (
     AcceptPartial,
@@ -74,6 +86,7 @@ __all__ = [
     "AcceptPartial",
     "Budget",
     "CodecError",
+    "ComponentError",
     "ConflictError",
     "ContractError",
     "CriterionResult",
@@ -97,6 +110,7 @@ __all__ = [
     "RecoveryPolicy",
     "Reliability",
     "RootCause",
+    "RunResult",
     "SQLiteStore",
     "SchemaVersionError",
     "StateError",
@@ -108,15 +122,21 @@ __all__ = [
     "TaskStatus",
     "TerminalReason",
     "UnknownTaskError",
+    "UsageError",
     "Verdict",
     "VerdictStatus",
     "VerificationContract",
     "VerificationMode",
     "VerifierFailure",
     "__version__",
+    "cancel",
     "decide",
     "diagnose",
     "replay",
+    "resume",
+    "run",
+    "run_sync",
     "to_replan_action",
+    "tool",
     "validate_plan",
 ]

@@ -8,6 +8,8 @@ kernel decides on; the exceptions here are for misuse, invalid input and broken 
     ├── PlanError            a plan that must not run (carries every problem found)
     ├── StateError           an operation the task's current state does not allow
     ├── CodecError           a value that cannot be encoded, or stored data that cannot be decoded
+    ├── UsageError           pev was called in a way it cannot serve (a bug in the caller)
+    │   └── ComponentError   a planner, executor, tools, verifier or observer that will not do
     └── StoreError           the ledger store failed or holds something it should not
         ├── ConflictError    another writer appended the same sequence number first
         ├── LedgerCorruptError  a stored ledger fails its hash chain or its fold
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 
 __all__ = [
     "CodecError",
+    "ComponentError",
     "ConflictError",
     "ContractError",
     "LedgerCorruptError",
@@ -33,6 +36,7 @@ __all__ = [
     "StateError",
     "StoreError",
     "UnknownTaskError",
+    "UsageError",
 ]
 
 
@@ -90,6 +94,25 @@ class CodecError(PevError):
     def __init__(self, message: str, *, path: str = "") -> None:
         super().__init__(f"{path}: {message}" if path else message)
         self.path = path
+
+
+class UsageError(PevError):
+    """pev was called in a way it cannot serve; a bug in the calling code, never a task outcome.
+
+    Misuse errors propagate out of ``pev.run`` in every verification mode.
+    """
+
+
+class ComponentError(UsageError):
+    """A component is missing, of the wrong shape, or cannot be rebuilt from its import path.
+
+    Attributes:
+        role: ``planner``, ``executor``, ``tools``, ``verifier`` or ``observer``.
+    """
+
+    def __init__(self, message: str, *, role: str) -> None:
+        super().__init__(message)
+        self.role = role
 
 
 class StoreError(PevError):

@@ -96,7 +96,10 @@ class Ledger:
             now=self._clock(),
             components=components,
         )
-        return await self._write(None, created.task_id, (created,), after_seq=0, prev=GENESIS_HASH)
+        state, _ = await self._write(
+            None, created.task_id, (created,), after_seq=0, prev=GENESIS_HASH
+        )
+        return state
 
     async def state(self, task_id: str) -> TaskState:
         """The task's current state, read through (new events are folded onto a cached state).
@@ -114,11 +117,26 @@ class Ledger:
             head = _Head(state, entry.seq, entry.hash)
         if head is None:
             raise UnknownTaskError(task_id)
-        self._heads[task_id] = head
-        return head
+        # A write that finished while this read was in flight may have cached a newer head.
+        cached = self._heads.get(task_id)
+        if cached is None or cached.seq <= head.seq:
+            self._heads[task_id] = head
+        return self._heads[task_id]
 
     async def append(self, task_id: str, events: Sequence[Event]) -> TaskState:
         """Append events to a task in one durable transaction, and return the new state.
+
+        Raises:
+            StateError: An event is not allowed where the task stands; nothing was written.
+            ConflictError: Another writer appended first; re-read the state and decide again.
+        """
+        state, _ = await self.write(task_id, events)
+        return state
+
+    async def write(
+        self, task_id: str, events: Sequence[Event]
+    ) -> tuple[TaskState, tuple[LedgerEntry, ...]]:
+        """Like :meth:`append`, also returning the entries written (for observers of the log).
 
         Raises:
             StateError: An event is not allowed where the task stands; nothing was written.
@@ -137,9 +155,9 @@ class Ledger:
         *,
         after_seq: int,
         prev: str,
-    ) -> TaskState:
+    ) -> tuple[TaskState, tuple[LedgerEntry, ...]]:
         if not events and state is not None:
-            return state
+            return state, ()
         at = self._clock()
         new_state = state
         for event in events:
@@ -154,7 +172,7 @@ class Ledger:
             self._heads.pop(task_id, None)
             raise
         self._heads[task_id] = _Head(new_state, entries[-1].seq, entries[-1].hash)
-        return new_state
+        return new_state, entries
 
     async def entries(self, task_id: str) -> tuple[LedgerEntry, ...]:
         """Every stored entry of the task, in order.

@@ -1,0 +1,48 @@
+"""The engine (SPEC §4-§6): the Plan → Execute → Verify → Diagnose → Dispatch loop over the ledger.
+
+Entry points: :func:`run` (async), :func:`run_sync`, :func:`resume` and :func:`cancel`. The seams
+it calls are narrow protocols (:class:`Planner`, :class:`Executor`, :class:`Verifier`,
+:class:`Observer`); functions decorated with :func:`tool` become an executor.
+"""
+
+from pev.engine._api import DEFAULT_CRITERION, cancel, default_contract, resume, run, run_sync
+from pev.engine._protocols import (
+    Executor,
+    NodeContext,
+    Observation,
+    ObserveContext,
+    Observer,
+    Planner,
+    PlanRequest,
+    Verifier,
+    VerifyRequest,
+    adapt,
+    current_node_context,
+)
+from pev.engine._result import RunResult
+from pev.engine._tools import Tool, ToolExecutor, ToolRegistry, tool
+
+__all__ = [
+    "DEFAULT_CRITERION",
+    "Executor",
+    "NodeContext",
+    "Observation",
+    "ObserveContext",
+    "Observer",
+    "PlanRequest",
+    "Planner",
+    "RunResult",
+    "Tool",
+    "ToolExecutor",
+    "ToolRegistry",
+    "Verifier",
+    "VerifyRequest",
+    "adapt",
+    "cancel",
+    "current_node_context",
+    "default_contract",
+    "resume",
+    "run",
+    "run_sync",
+    "tool",
+]

@@ -1,0 +1,197 @@
+"""Public entry points: ``run``, ``run_sync``, ``resume`` and ``cancel`` (SPEC §5.4, §6)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from pev.engine._components import build_components, rebuild
+from pev.engine._driver import Driver
+from pev.engine._result import RunResult
+from pev.errors import UsageError
+from pev.ledger import Ledger, Store, TaskState, utc_now
+from pev.model import (
+    JsonValue,
+    VerificationContract,
+    VerificationMode,
+    canonical_json,
+    check_contract,
+)
+from pev.policy import RecoveryPolicy
+from pev.rails import RailBus, RailLike
+from pev.stores import MemoryStore
+
+__all__ = ["DEFAULT_CRITERION", "cancel", "default_contract", "resume", "run", "run_sync"]
+
+DEFAULT_CRITERION = "the task's goal is achieved"
+"""The one criterion of the contract a run gets when it has a verifier but no contract."""
+
+
+def default_contract(input: JsonValue, verifier: object | None) -> VerificationContract:  # noqa: A002
+    """The contract of a run given none: ``off`` without a verifier, else ``recovery``.
+
+    With a verifier, the goal is the input (its text, or its JSON) and the one criterion is
+    :data:`DEFAULT_CRITERION`.
+    """
+    if verifier is None:
+        return VerificationContract(VerificationMode.OFF)
+    goal = input if isinstance(input, str) else canonical_json(input)
+    return VerificationContract(VerificationMode.RECOVERY, goal, (DEFAULT_CRITERION,))
+
+
+async def run(
+    input: JsonValue,  # noqa: A002 - SPEC's name for what the task is asked to do
+    *,
+    planner: object,
+    verifier: object | None = None,
+    tools: object | None = None,
+    executor: object | None = None,
+    contract: VerificationContract | None = None,
+    policy: RecoveryPolicy | None = None,
+    observer: object | None = None,
+    store: Store | None = None,
+    rails: Iterable[RailLike] = (),
+    task_id: str | None = None,
+    clock: Callable[[], datetime] | None = None,
+    lessons: Iterable[str] = (),
+) -> RunResult:
+    """Run a task to its end: plan, execute, verify, diagnose, dispatch, within its budget.
+
+    Args:
+        input: What the task is asked to do (JSON).
+        planner: An object with an async or sync ``plan(request)``, or such a function.
+        verifier: An object with ``verify(request)``, or such a function; needed by every
+            verification mode but ``off``.
+        tools: Functions decorated with ``@pev.tool`` (a list, mapping or registry).
+        executor: Instead of ``tools``: an object with ``execute(node, context)`` and,
+            optionally, ``reconcile(record)``.
+        contract: The verification contract; by default ``off`` without a verifier and
+            ``recovery`` (goal: the input) with one.
+        policy: Budgets, deadlines and limits.
+        observer: An object with ``observe(phase, context)``, capturing evidence.
+        store: Where the ledger is kept; in memory by default.
+        rails: Observers of the loop (``pev.rails``); they never change the outcome.
+        task_id: The task's id; a fresh UUID by default.
+        clock: Returns the current UTC time; for tests.
+        lessons: Advice handed to the planner and the verifier (never evidence).
+
+    Returns:
+        The task's result; ``result.ok`` only for ``succeeded``.
+
+    Raises:
+        ContractError: The contract cannot be honoured (no verifier, no observer for required
+            evidence).
+        ComponentError: Missing or conflicting components.
+        AssertionError: A verifier's or planner's programming error, in every mode.
+    """
+    policy = policy or RecoveryPolicy()
+    contract = contract or default_contract(input, verifier)
+    check_contract(contract, has_observer=observer is not None)
+    components = build_components(
+        planner=planner,
+        executor=executor,
+        tools=tools,
+        verifier=verifier,
+        observer=observer,
+        contract=contract,
+        policy=policy,
+    )
+    ledger = Ledger(store or MemoryStore(), clock=clock or utc_now)
+    await ledger.expire_overdue()
+    state = await ledger.create(
+        input, contract=contract, policy=policy, components=components.paths, task_id=task_id
+    )
+    bus = RailBus(tuple(rails))
+    await bus.emit(await ledger.entries(state.task_id), state)
+    driver = Driver(
+        ledger, state, components, rails=bus, clock=clock or utc_now, lessons=tuple(lessons)
+    )
+    return await driver.drive()
+
+
+def run_sync(input: JsonValue, **options: Any) -> RunResult:  # noqa: A002
+    """:func:`run` for synchronous callers (same arguments).
+
+    Raises:
+        UsageError: Called inside a running event loop; use ``await pev.run(...)`` there.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run(input, **options))
+    raise UsageError(
+        "pev.run_sync() was called inside a running event loop, which it would block; "
+        "use `await pev.run(...)` there"
+    )
+
+
+async def resume(
+    task_id: str,
+    *,
+    store: Store,
+    planner: object | None = None,
+    verifier: object | None = None,
+    tools: object | None = None,
+    executor: object | None = None,
+    observer: object | None = None,
+    rails: Iterable[RailLike] = (),
+    clock: Callable[[], datetime] | None = None,
+    lessons: Iterable[str] = (),
+) -> RunResult:
+    """Continue a task from its ledger after a crash (SPEC §5.4).
+
+    Components not given are rebuilt from the import paths recorded when the task was created.
+    Records a crash left ``pending``, ``accepted`` or ``running`` are settled through the
+    executor's ``reconcile(record)`` when it has one, else marked ``unknown``; no unfinished node
+    is dispatched again, so an action is never re-sent. A crash while planning or verifying
+    repeats that call without consuming budget. A task that has ended is returned unchanged.
+
+    Raises:
+        UnknownTaskError: No task has that id in ``store``.
+        ComponentError: A component was neither given nor rebuildable.
+    """
+    ledger = Ledger(store, clock=clock or utc_now)
+    await ledger.expire_overdue()
+    state = await ledger.state(task_id)
+    if state.terminal:
+        return RunResult.from_state(state)
+    given = rebuild(
+        state.created.components,
+        {
+            "planner": planner,
+            "verifier": verifier,
+            "observer": observer,
+            "executor": executor,
+            "tools": tools,
+        },
+    )
+    components = build_components(
+        planner=given.get("planner"),
+        executor=given.get("executor"),
+        tools=given.get("tools"),
+        verifier=given.get("verifier"),
+        observer=given.get("observer"),
+        contract=state.contract,
+        policy=state.policy,
+    )
+    driver = Driver(
+        ledger,
+        state,
+        components,
+        rails=RailBus(tuple(rails)),
+        clock=clock or utc_now,
+        lessons=tuple(lessons),
+    )
+    await driver.settle_unfinished()
+    return await driver.drive()
+
+
+async def cancel(task_id: str, *, store: Store, reason: str = "") -> TaskState:
+    """Ask a task to stop, from any process; a task that has ended is returned unchanged.
+
+    The engine driving the task stops dispatching, lets running nodes reach a terminal record,
+    and ends it ``cancelled`` (or ``failed``/``cancelled`` if an action's outcome is unknown).
+    """
+    return await Ledger(store).cancel(task_id, reason=reason)

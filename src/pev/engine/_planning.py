@@ -1,0 +1,175 @@
+"""Planning and replanning (SPEC §4): the planner's request, local merges, and plan checks.
+
+Pure functions of the task's state: the driver calls the planner and writes what these return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from types import MappingProxyType
+
+from pev.engine._protocols import PlanRequest
+from pev.kernel import GlobalReplan, LocalReplan
+from pev.ledger import (
+    RevisionKind,
+    TaskState,
+    outputs,
+    unsettled_unknown_actions,
+)
+from pev.model import (
+    Effect,
+    Plan,
+    PlanNode,
+    ToolSpec,
+    digest,
+    downstream,
+    iter_refs,
+    plan_problems,
+)
+
+__all__ = [
+    "append_feedback",
+    "effective_effect",
+    "merge_local",
+    "plan_request",
+    "redo_set",
+    "review_plan",
+]
+
+
+def redo_set(state: TaskState) -> frozenset[str]:
+    """For a local replan: the failed nodes and every node downstream of them."""
+    action = state.replan_action
+    plan = state.plan
+    if not isinstance(action, LocalReplan) or plan is None:
+        return frozenset()
+    return downstream(plan, action.nodes)
+
+
+def plan_request(
+    state: TaskState,
+    *,
+    tools: Mapping[str, ToolSpec] | None,
+    lessons: tuple[str, ...] = (),
+) -> PlanRequest:
+    """The request for the planner call the task is waiting for."""
+    kind = state.planning or RevisionKind.INITIAL
+    action = state.replan_action
+    last = state.verdicts[-1].verdict if state.verdicts else None
+    redo = redo_set(state) if kind is RevisionKind.LOCAL else frozenset()
+    kept = outputs(state) if kind is RevisionKind.LOCAL else {}
+    feedback = action.feedback if isinstance(action, LocalReplan | GlobalReplan) else ""
+    rejections = tuple(problem for rejected in state.rejections for problem in rejected.problems)
+    return PlanRequest(
+        kind=kind,
+        attempt=state.planner_calls,
+        task_id=state.task_id,
+        input=state.created.input,
+        contract=state.contract,
+        tools=tuple(tools.values()) if tools else (),
+        lessons=lessons,
+        deadline=state.replan_deadline,
+        previous_plan=state.plan,
+        verdict=last if kind is not RevisionKind.INITIAL else None,
+        feedback=feedback,
+        unmet_criteria=last.unmet_criteria if last else (),
+        preserved_constraints=(last.preserved_constraints if last else ())
+        or state.contract.constraints,
+        guidance=last.guidance if last else "",
+        evidence_refs=last.evidence_refs if last else (),
+        redo_nodes=redo,
+        kept_results=MappingProxyType({k: v for k, v in kept.items() if k not in redo}),
+        rejections=rejections,
+        unknown_records=unsettled_unknown_actions(state),
+    )
+
+
+def append_feedback(previous: Plan, redo: frozenset[str], feedback: str) -> Plan:
+    """The local plan when the planner declines: the redo nodes carry the feedback."""
+    note = feedback or "the previous attempt failed verification"
+    return replace(
+        previous,
+        nodes=tuple(
+            replace(node, description=f"{node.description}\n[retry after feedback] {note}")
+            if node.id in redo
+            else node
+            for node in previous.nodes
+        ),
+    )
+
+
+def merge_local(previous: Plan, returned: Plan, redo: frozenset[str]) -> tuple[Plan, list[str]]:
+    """The full plan of a local revision: kept nodes plus the planner's replacements.
+
+    The planner may return only the replacements or a whole plan; nodes outside the redo set
+    must be unchanged. Returns the merged plan and the problems found.
+    """
+    problems: list[str] = []
+    returned_nodes = {node.id: node for node in returned.nodes if isinstance(node, PlanNode)}
+    missing = sorted(redo - set(returned_nodes))
+    if missing:
+        problems.append(f"a local replan must return replacements for {missing} (same ids)")
+    previous_nodes = {node.id: node for node in previous.nodes}
+    for node_id, node in returned_nodes.items():
+        if node_id in redo:
+            continue
+        kept = previous_nodes.get(node_id)
+        if kept is None:
+            problems.append(
+                f"a local replan may only replace {sorted(redo)}; node {node_id!r} is new"
+            )
+        elif kept != node:
+            problems.append(
+                f"a local replan may only replace {sorted(redo)}; node {node_id!r} is kept "
+                "and must stay as it was"
+            )
+    merged = tuple(
+        returned_nodes.get(node.id, node) if node.id in redo else node for node in previous.nodes
+    )
+    return Plan(previous.goal, merged), problems
+
+
+def effective_effect(node: PlanNode, tools: Mapping[str, ToolSpec] | None) -> Effect:
+    """The stricter of the node's and its tool's effect: ``action`` wins."""
+    spec = tools.get(node.tool) if tools and node.tool else None
+    if node.effect is Effect.ACTION or (spec is not None and spec.effect is Effect.ACTION):
+        return Effect.ACTION
+    return Effect.QUERY
+
+
+def review_plan(
+    state: TaskState,
+    plan: Plan,
+    *,
+    kind: RevisionKind,
+    redo: frozenset[str],
+    tools: Mapping[str, ToolSpec] | None,
+) -> list[str]:
+    """Every reason to reject ``plan`` before anything runs (SPEC §2.1 and §4)."""
+    problems = list(plan_problems(plan, tools=tools, max_nodes=state.policy.max_nodes))
+    if problems:
+        return problems
+    unknown = {
+        (record.tool, record.args_digest): record for record in unsettled_unknown_actions(state)
+    }
+    if not unknown:
+        return problems
+    dispatching = [node for node in plan.nodes if kind is not RevisionKind.LOCAL or node.id in redo]
+    for node in dispatching:
+        if effective_effect(node, tools) is not Effect.ACTION or any(iter_refs(node.args)):
+            continue  # nodes whose args come from $refs are checked again at dispatch
+        record = unknown.get((node.tool, digest(node.args)))
+        if record is not None:
+            problems.append(
+                f"node {node.id!r} repeats action {node.tool!r} with the same args as record "
+                f"{record.id}, whose outcome is unknown; observe or reconcile it first, or "
+                "change the action"
+            )
+    return problems
+
+
+def deadline_passed(now: datetime, deadline: datetime | None) -> bool:
+    """True at or after ``deadline``."""
+    return deadline is not None and now >= deadline

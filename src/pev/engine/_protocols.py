@@ -1,0 +1,279 @@
+"""The engine's seams (SPEC §6): planner, executor, verifier, observer, and what they receive.
+
+Each protocol has one method taking one frozen request object, so the request can grow without
+breaking anyone. Implementations may be async or sync, objects with the method or plain
+functions: :func:`adapt` turns any of them into the async form the engine calls, running sync
+code in a bounded thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from pev.ledger import RevisionKind
+from pev.model import (
+    Evidence,
+    EvidencePhase,
+    ExecutionRecord,
+    JsonValue,
+    NodeResult,
+    Plan,
+    PlanNode,
+    RecordStatus,
+    TaskId,
+    ToolSpec,
+    Verdict,
+    VerificationContract,
+)
+
+__all__ = [
+    "Executor",
+    "NodeContext",
+    "Observation",
+    "ObserveContext",
+    "Observer",
+    "PlanRequest",
+    "Planner",
+    "Verifier",
+    "VerifyRequest",
+    "adapt",
+    "current_node_context",
+]
+
+T = TypeVar("T")
+
+
+def _frozen_map() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRequest:
+    """Everything a planner is told (SPEC §4).
+
+    Attributes:
+        kind: ``initial``, ``local`` (replace ``redo_nodes``, same ids) or ``global``.
+        attempt: Which planner call of the task this is (1 for the first).
+        task_id: The task.
+        input: What the task was asked to do.
+        contract: The verification contract.
+        tools: The tool catalogue: names, signatures, effects.
+        lessons: Lessons from earlier tasks, as advice.
+        deadline: When the plan must be ready (the replan deadline), if there is one.
+        previous_plan: The plan of the last revision, for a replan.
+        verdict: The verdict that led here, for a replan.
+        feedback: The verdict's feedback for the planner.
+        unmet_criteria: Criteria still to meet.
+        preserved_constraints: Constraints the new plan must keep.
+        guidance: The verifier's advice.
+        evidence_refs: References the verdict rests on.
+        redo_nodes: For a local replan: the failed nodes and everything downstream of them.
+        kept_results: Outputs of the nodes a local replan keeps.
+        rejections: Why earlier plans of this task were rejected, one entry per problem.
+        unknown_records: Action records whose outcome is unknown: do not repeat them blindly.
+    """
+
+    kind: RevisionKind
+    attempt: int
+    task_id: TaskId
+    input: JsonValue
+    contract: VerificationContract
+    tools: tuple[ToolSpec, ...] = ()
+    lessons: tuple[str, ...] = ()
+    deadline: datetime | None = None
+    previous_plan: Plan | None = None
+    verdict: Verdict | None = None
+    feedback: str = ""
+    unmet_criteria: tuple[str, ...] = ()
+    preserved_constraints: tuple[str, ...] = ()
+    guidance: str = ""
+    evidence_refs: tuple[str, ...] = ()
+    redo_nodes: frozenset[str] = frozenset()
+    kept_results: Mapping[str, JsonValue] = field(default_factory=_frozen_map)
+    rejections: tuple[str, ...] = ()
+    unknown_records: tuple[ExecutionRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeContext:
+    """What an executor gets with a node; also reachable via :func:`current_node_context`.
+
+    Attributes:
+        task_id: The task.
+        node_id: The node being run.
+        revision: The revision dispatching the node.
+        record_id: The execution record of this dispatch.
+        idempotency_key: Stable for this record: a tool that de-duplicates can recognise a repeat.
+        deadline: Loop time (``asyncio`` clock) by which the node must finish, if it has one.
+        cancelled: Set when the task is being cancelled; long-running tools should stop.
+        dependencies: Outputs of the node's ``after`` nodes, by node id.
+        report: Await ``report(RecordStatus.ACCEPTED)`` or ``RUNNING`` to record progress.
+    """
+
+    task_id: TaskId
+    node_id: str
+    revision: int
+    record_id: str
+    idempotency_key: str
+    deadline: float | None
+    cancelled: asyncio.Event
+    dependencies: Mapping[str, JsonValue]
+    report: Callable[[RecordStatus], Awaitable[None]]
+
+
+_NODE_CONTEXT: contextvars.ContextVar[NodeContext] = contextvars.ContextVar("pev_node_context")
+
+
+def current_node_context() -> NodeContext:
+    """The context of the node being executed (inside a tool or executor).
+
+    Raises:
+        LookupError: Called outside a node's execution.
+    """
+    return _NODE_CONTEXT.get()
+
+
+@runtime_checkable
+class Planner(Protocol):
+    """Makes plans: the initial one, and replacements after a replan decision."""
+
+    async def plan(self, request: PlanRequest) -> Plan | None:
+        """Return a plan; for a local replan, ``None`` declines (feedback is appended instead)."""
+        ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs one node. The engine schedules; an executor never retries on its own."""
+
+    async def execute(self, node: PlanNode, context: NodeContext) -> NodeResult:
+        """Run ``node`` and return its result; a raised exception is a device failure."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyRequest:
+    """Everything a verifier sees (lessons are advice, never evidence).
+
+    Attributes:
+        task_id: The task.
+        input: What the task was asked to do.
+        contract: The verification contract (answer each criterion once, verbatim).
+        plan: The plan that ran.
+        revision: Its revision number.
+        results: Node id → result, in the current lineage.
+        records: The execution records of the current lineage.
+        evidence: Every observation captured so far.
+        lessons: Lessons given to the planner, as advice.
+    """
+
+    task_id: TaskId
+    input: JsonValue
+    contract: VerificationContract
+    plan: Plan
+    revision: int
+    results: Mapping[str, NodeResult]
+    records: tuple[ExecutionRecord, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    lessons: tuple[str, ...] = ()
+
+    @property
+    def evidence_refs(self) -> tuple[str, ...]:
+        """Every reference a verdict may cite: ``evidence:<id>`` and ``record:<id>``."""
+        return tuple(item.ref for item in self.evidence) + tuple(r.ref for r in self.records)
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Checks a round against the contract; the engine decides how far to trust the answer."""
+
+    async def verify(self, request: VerifyRequest) -> Verdict:
+        """Return a verdict (anything else is classified ``malformed``)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Observation:
+    """What an observer captured; the engine stamps id, time, phase and revision on it.
+
+    Attributes:
+        kind: What was observed (``state``, ``image``, ...).
+        source: Who observed it.
+        payload: A JSON value.
+        artifact: Raw bytes such as a PNG.
+        media_type: The artifact's media type.
+    """
+
+    kind: str
+    source: str = "observer"
+    payload: JsonValue = None
+    artifact: bytes | None = None
+    media_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObserveContext:
+    """What an observer is told: the task, the revision and plan, and the results so far."""
+
+    task_id: TaskId
+    revision: int
+    plan: Plan
+    results: Mapping[str, NodeResult]
+
+
+@runtime_checkable
+class Observer(Protocol):
+    """Captures evidence before a revision's first action and after each execution round."""
+
+    async def observe(
+        self, phase: EvidencePhase, context: ObserveContext
+    ) -> Observation | Sequence[Observation]:
+        """Return one or more observations."""
+        ...
+
+
+_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="pev-sync")
+
+
+def adapt(component: object, method: str) -> Callable[..., Awaitable[Any]]:
+    """The async callable behind a component: its ``method``, or the component if callable.
+
+    A coroutine function is awaited as it is; a sync one runs in pev's bounded thread pool
+    (32 threads), copying the caller's context variables. A sync call that times out keeps
+    running in its thread: Python cannot stop a thread, so a sync tool should honour its
+    deadline itself.
+
+    Raises:
+        TypeError: The component has no such method and is not callable.
+    """
+    target = getattr(component, method, None)
+    if target is None:
+        if not callable(component):
+            raise TypeError(
+                f"{type(component).__name__} has no {method}() method and is not callable; "
+                f"pass an object with an async or sync {method}() method, or a function"
+            )
+        target = component
+    if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)  # noqa: B004 - a callable object's async __call__
+    ):
+        return target
+
+    async def run_in_thread(*args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        call = functools.partial(contextvars.copy_context().run, target, *args)
+        result = await loop.run_in_executor(_THREADS, call)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    return run_in_thread

@@ -1,0 +1,635 @@
+"""Tools: plain functions that a plan may call, and the executor that runs them (SPEC §6).
+
+``@tool`` turns a sync or async function into a :class:`Tool` whose signature, read from its type
+hints, is the :class:`~pev.model.ToolSpec` that plan validation checks node args against. A
+:class:`ToolRegistry` holds the tools of a run, and :class:`ToolExecutor` runs one node with the
+tool it names: it applies the timeout, keeps tools that share a resource apart, and turns
+everything a tool can do wrong into a :class:`~pev.model.DeviceFailure`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import inspect
+import math
+import threading
+import types
+import typing
+import weakref
+from collections.abc import (
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    MutableSequence,
+    Sequence,
+)
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, Literal, ParamSpec, TypeAlias, TypeVar, overload
+
+from pev.engine._protocols import _NODE_CONTEXT, _THREADS, NodeContext
+from pev.model import (
+    DeviceFailure,
+    Effect,
+    JsonValue,
+    NodeResult,
+    PlanNode,
+    Success,
+    ToolParameter,
+    ToolSpec,
+    VerifierFailure,
+    thaw_json,
+)
+
+__all__ = ["Tool", "ToolExecutor", "ToolRegistry", "tool"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+EffectName: TypeAlias = Effect | Literal["query", "action"]
+
+# How a type hint constrains the JSON value a plan may pass: a hint names one JSON type (or
+# several, for a union or a Literal); Any, object and a missing hint accept any value. Arrays and
+# objects arrive as plain lists and dicts. A hint no JSON value can satisfy (a dataclass, bytes,
+# an Enum) is refused at decoration: the tool would receive a dict or a string, not that type.
+_ANY: frozenset[str] = frozenset()
+_JSON_TYPE_OF_HINT: Mapping[object, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    None: "null",
+    types.NoneType: "null",
+    list: "array",
+    tuple: "array",
+    Sequence: "array",
+    MutableSequence: "array",
+    dict: "object",
+    Mapping: "object",
+    MutableMapping: "object",
+}
+_JSON_LITERAL_TYPES = (str, int, float, bool, types.NoneType)
+_FORBIDDEN_KINDS: Mapping[inspect._ParameterKind, str] = {
+    inspect.Parameter.POSITIONAL_ONLY: "is positional-only",
+    inspect.Parameter.VAR_POSITIONAL: "collects *args",
+    inspect.Parameter.VAR_KEYWORD: "collects **kwargs",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tool(Generic[P, R]):
+    """A function registered for plans to call; calling the tool calls the function.
+
+    Build one with :func:`tool`. Construction checks the options and reads the signature.
+
+    Attributes:
+        fn: The function, sync or async.
+        name: The name plans use in ``PlanNode.tool``.
+        effect: ``query`` (read-only, safe to repeat) or ``action`` (side effects).
+        resource: Tools with the same resource name never run at the same time.
+        timeout_s: How long one call may take; ``None`` falls back to the executor's default.
+        description: What the tool does, for the planner (default: the docstring's first line).
+        spec: The name, effect and parameters that plan validation checks args against.
+        is_async: Whether calling ``fn`` gives an awaitable to await (else it runs in a thread).
+    """
+
+    fn: Callable[P, R]
+    name: str
+    effect: Effect = Effect.ACTION
+    resource: str | None = None
+    timeout_s: float | None = None
+    description: str = ""
+    spec: ToolSpec = field(init=False, repr=False, compare=False)
+    is_async: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fn, Tool):
+            raise TypeError(f"{self.fn!r} is already a tool; apply @tool to a function once")
+        if not callable(self.fn):
+            raise TypeError(f"a tool must be a function, got a {type(self.fn).__name__}")
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"a tool name must be a non-empty string, got {self.name!r}")
+        object.__setattr__(self, "effect", _effect(self.effect))
+        if self.resource is not None and (
+            not isinstance(self.resource, str) or not self.resource.strip()
+        ):
+            raise ValueError(f"tool {self.name!r}: resource must be a non-empty name or None")
+        _check_timeout(self.timeout_s, f"tool {self.name!r}: timeout_s")
+        parameters = _parameters(self.fn, self.name)
+        object.__setattr__(
+            self,
+            "spec",
+            ToolSpec(
+                name=self.name,
+                effect=self.effect,
+                parameters=parameters,
+                description=self.description,
+            ),
+        )
+        object.__setattr__(self, "is_async", _is_async(self.fn))
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        options = [f"effect={self.effect.value!r}"]
+        if self.resource is not None:
+            options.append(f"resource={self.resource!r}")
+        if self.timeout_s is not None:
+            options.append(f"timeout_s={self.timeout_s!r}")
+        return f"Tool({self.name!r}, {', '.join(options)})"
+
+
+@overload
+def tool(
+    fn: Callable[P, R],
+    /,
+    *,
+    name: str | None = None,
+    effect: EffectName = "action",
+    resource: str | None = None,
+    timeout_s: float | None = None,
+    description: str | None = None,
+) -> Tool[P, R]: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    effect: EffectName = "action",
+    resource: str | None = None,
+    timeout_s: float | None = None,
+    description: str | None = None,
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+
+
+def tool(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    effect: EffectName = "action",
+    resource: str | None = None,
+    timeout_s: float | None = None,
+    description: str | None = None,
+) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
+    """Turn a sync or async function into a :class:`Tool`: ``@tool`` or ``@tool(effect=...)``.
+
+    Args:
+        fn: The function (when used as ``@tool`` without parentheses).
+        name: The name plans use; default: the function's name.
+        effect: ``"action"`` (the default, the safe assumption) or ``"query"`` (read-only).
+        resource: Tools sharing this name (one robot arm, say) never run at the same time.
+        timeout_s: How long one call may take; default: the executor's ``node_timeout_s``.
+        description: What it does, for the planner; default: the docstring's first line.
+
+    Raises:
+        TypeError: The function takes ``*args``, ``**kwargs`` or positional-only parameters,
+            or a parameter's type hint is not a JSON type (plan args are named JSON values).
+        ValueError: An unknown effect, an empty name or resource, or a timeout that is not a
+            positive number of seconds.
+    """
+
+    def decorate(function: Callable[P, R]) -> Tool[P, R]:
+        if isinstance(function, Tool):
+            raise TypeError(f"{function!r} is already a tool; apply @tool to a function once")
+        return Tool(
+            fn=function,
+            name=_default_name(function) if name is None else name,
+            effect=_effect(effect),
+            resource=resource,
+            timeout_s=timeout_s,
+            description=_first_doc_line(function) if description is None else description,
+        )
+
+    return decorate if fn is None else decorate(fn)
+
+
+ToolLike: TypeAlias = Tool[..., Any] | Callable[..., Any]
+"""A tool, or a plain function that becomes one with :func:`tool`'s defaults."""
+
+
+class ToolRegistry(Mapping[str, Tool[..., Any]]):
+    """The tools of a run, by name: an immutable mapping.
+
+    Build it with :meth:`of`, from a tool, a function, an iterable of them, or a mapping of
+    name to tool (the mapping's key becomes the tool's name).
+    """
+
+    __slots__ = ("_specs", "_tools")
+
+    def __init__(self, tools: ToolLike | Iterable[ToolLike] | Mapping[str, ToolLike] = ()) -> None:
+        """Register ``tools``; see :meth:`of`."""
+        registered: dict[str, Tool[..., Any]] = {}
+        for item in _tool_items(tools):
+            if item.name in registered:
+                raise ValueError(
+                    f"two tools are named {item.name!r}; give one another name with @tool(name=...)"
+                )
+            registered[item.name] = item
+        self._tools: Mapping[str, Tool[..., Any]] = types.MappingProxyType(registered)
+        self._specs: Mapping[str, ToolSpec] = types.MappingProxyType(
+            {name: item.spec for name, item in registered.items()}
+        )
+
+    @classmethod
+    def of(cls, tools: ToolLike | Iterable[ToolLike] | Mapping[str, ToolLike]) -> ToolRegistry:
+        """A registry of ``tools``; a registry given is returned as it is.
+
+        Raises:
+            ValueError: Two tools have the same name.
+            TypeError: Something that is neither a tool nor a function.
+        """
+        return tools if isinstance(tools, ToolRegistry) else cls(tools)
+
+    @property
+    def specs(self) -> Mapping[str, ToolSpec]:
+        """Name → :class:`~pev.model.ToolSpec`: what :func:`~pev.model.validate_plan` takes."""
+        return self._specs
+
+    def __getitem__(self, name: str) -> Tool[..., Any]:
+        return self._tools[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry({list(self._tools)!r})"
+
+
+class ToolExecutor:
+    """Runs a node with the registered tool it names (the :class:`Executor` for ``tools=``).
+
+    A tool's exception, a timeout and a value JSON cannot hold become a
+    :class:`~pev.model.DeviceFailure`; a :class:`~pev.model.NodeResult` the tool returns is
+    passed through, and any other value ``v`` is ``Success(v)``. Arrays and objects reach the
+    function as plain lists and dicts (copies: the plan's args stay frozen).
+
+    A sync tool runs in pev's bounded thread pool with the caller's context variables, so
+    :func:`~pev.engine.current_node_context` works there too. Python cannot stop a thread: a
+    sync tool that times out keeps running in it, and keeps its resource until it returns.
+    """
+
+    __slots__ = ("_node_timeout_s", "_registry")
+
+    def __init__(
+        self,
+        registry: ToolRegistry | ToolLike | Iterable[ToolLike] | Mapping[str, ToolLike],
+        *,
+        node_timeout_s: float | None = None,
+    ) -> None:
+        """Run the tools of ``registry``.
+
+        Args:
+            registry: The tools (anything :meth:`ToolRegistry.of` accepts).
+            node_timeout_s: The timeout of a tool that declares none; ``None``: no timeout.
+
+        Raises:
+            ValueError: ``node_timeout_s`` is not a positive number of seconds.
+        """
+        _check_timeout(node_timeout_s, "node_timeout_s")
+        self._registry = ToolRegistry.of(registry)
+        self._node_timeout_s = node_timeout_s
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tools this executor runs."""
+        return self._registry
+
+    @property
+    def node_timeout_s(self) -> float | None:
+        """The timeout of a tool that declares none."""
+        return self._node_timeout_s
+
+    async def execute(self, node: PlanNode, context: NodeContext) -> NodeResult:
+        """Call the node's tool with its (already resolved) args and return the result.
+
+        The timeout is the tool's ``timeout_s``, else ``node_timeout_s``, and never later than
+        ``context.deadline``; waiting for the tool's resource counts against it. A timeout is
+        ``DeviceFailure(is_timeout=True)``, with ``outcome_unknown=True`` when an action had
+        started. Exceptions that are not ``Exception`` (cancellation, ``KeyboardInterrupt``)
+        propagate.
+        """
+        found = self._registry.get(node.tool) if isinstance(node.tool, str) else None
+        if found is None:
+            registered = ", ".join(sorted(self._registry)) or "none"
+            named = (
+                "no tool" if node.tool is None else f"tool {node.tool!r}, which is not registered"
+            )
+            return DeviceFailure(
+                node.id, f"node {node.id!r} names {named} (registered: {registered})"
+            )
+        if context.cancelled.is_set():
+            return DeviceFailure(node.id, f"tool {found.name!r} was cancelled before it started")
+        loop = asyncio.get_running_loop()
+        limit = self._limit(found, context.deadline, loop.time())
+        if limit is not None and limit.seconds <= 0:
+            return DeviceFailure(
+                node.id,
+                f"tool {found.name!r} was not started: {limit.source} had already passed",
+                is_timeout=True,
+            )
+        call = _Call(found, node.args, context.cancelled)
+        scope = asyncio.timeout_at(None if limit is None else limit.deadline)
+        token = _NODE_CONTEXT.set(context)
+        try:
+            async with scope:
+                value = await call.run()
+        except TimeoutError as exc:
+            if limit is None or not scope.expired():  # the tool's own TimeoutError
+                return DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
+            is_action = Effect.ACTION in (node.effect, found.effect)
+            return _timed_out(node.id, call, limit, is_action=is_action)
+        except _CancelledBeforeStart:
+            return DeviceFailure(node.id, f"tool {found.name!r} was cancelled before it started")
+        except Exception as exc:  # noqa: BLE001 - every tool failure is a value (SPEC §6)
+            return DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
+        finally:
+            _NODE_CONTEXT.reset(token)
+        return _node_result(node.id, found.name, value)
+
+    def _limit(self, chosen: Tool[..., Any], deadline: float | None, now: float) -> _Limit | None:
+        limit: _Limit | None = None
+        if chosen.timeout_s is not None:
+            limit = _Limit(
+                now + chosen.timeout_s, chosen.timeout_s, f"its timeout_s of {chosen.timeout_s:g} s"
+            )
+        elif self._node_timeout_s is not None:
+            limit = _Limit(
+                now + self._node_timeout_s,
+                self._node_timeout_s,
+                f"node_timeout_s of {self._node_timeout_s:g} s",
+            )
+        if deadline is not None and (limit is None or deadline < limit.deadline):
+            limit = _Limit(deadline, deadline - now, "the node's deadline")
+        return limit
+
+
+@dataclass(frozen=True, slots=True)
+class _Limit:
+    deadline: float
+    seconds: float
+    source: str
+
+
+class _CancelledBeforeStart(Exception):  # noqa: N818 - a private signal, not an error
+    """The task was cancelled while the call waited for its resource."""
+
+
+class _Call:
+    """One call of a tool; it holds the tool's resource until the tool's code has stopped."""
+
+    __slots__ = ("acquired", "cancelled", "kwargs", "started", "tool")
+
+    def __init__(
+        self, chosen: Tool[..., Any], args: Mapping[str, JsonValue], cancelled: asyncio.Event
+    ) -> None:
+        self.tool = chosen
+        self.kwargs = {name: thaw_json(value) for name, value in args.items()}
+        self.cancelled = cancelled
+        self.acquired = False
+        self.started = False
+
+    async def run(self) -> object:
+        lock = None if self.tool.resource is None else _resource_lock(self.tool.resource)
+        if lock is None:
+            return await self._invoke(None)
+        await lock.acquire()
+        self.acquired = True
+        release = True
+        try:
+            if self.cancelled.is_set():
+                raise _CancelledBeforeStart
+            handover: list[concurrent.futures.Future[Any]] = []
+            try:
+                return await self._invoke(handover)
+            finally:
+                # A sync tool still running in its thread keeps the resource until it returns.
+                if handover and not handover[0].done():
+                    release = False
+                    _release_when_done(handover[0], lock, asyncio.get_running_loop())
+        finally:
+            if release:
+                lock.release()
+
+    async def _invoke(self, handover: list[concurrent.futures.Future[Any]] | None) -> object:
+        if self.tool.is_async:
+            self.started = True
+            return await self.tool.fn(**self.kwargs)
+        call = functools.partial(contextvars.copy_context().run, self.tool.fn, **self.kwargs)
+        future = _THREADS.submit(call)
+        if handover is not None:
+            handover.append(future)
+        try:
+            result = await asyncio.wrap_future(future)
+        finally:
+            # A call still queued for a thread can be withdrawn, and then it never started.
+            self.started = not future.cancel()
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+
+def _timed_out(node_id: str, call: _Call, limit: _Limit, *, is_action: bool) -> DeviceFailure:
+    after = f"tool {call.tool.name!r} timed out after {limit.seconds:.3g} s ({limit.source})"
+    if not call.started:
+        waiting = (
+            f"waiting for resource {call.tool.resource!r}"
+            if call.tool.resource is not None and not call.acquired
+            else "waiting for a free thread"
+        )
+        return DeviceFailure(node_id, f"{after} {waiting}; it never started", is_timeout=True)
+    note = ""
+    if not call.tool.is_async:
+        note = "; its thread keeps running (Python cannot stop a thread)"
+    if is_action:
+        note += "; the action may or may not have taken effect"
+    return DeviceFailure(node_id, after + note, is_timeout=True, outcome_unknown=is_action)
+
+
+def _node_result(node_id: str, name: str, value: object) -> NodeResult:
+    if isinstance(value, Success):
+        return value
+    if isinstance(value, DeviceFailure | VerifierFailure):
+        # A tool does not know its node's id: the executor stamps it.
+        return value if value.node_id == node_id else replace(value, node_id=node_id)
+    try:
+        return Success(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        return DeviceFailure(node_id, f"tool {name!r} returned a non-JSON value ({exc})")
+
+
+# One lock per (event loop, resource): asyncio locks belong to one loop, and every executor on
+# that loop must see the same lock for a resource to be exclusive. A loop type that refuses weak
+# references is held strongly instead (a few bytes per loop for the life of the process).
+_RESOURCE_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+_RESOURCE_LOCKS_STRONG: dict[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = {}
+_RESOURCE_LOCKS_GUARD = threading.Lock()
+
+
+def _resource_lock(resource: str) -> asyncio.Lock:
+    loop = asyncio.get_running_loop()
+    with _RESOURCE_LOCKS_GUARD:
+        try:
+            locks = _RESOURCE_LOCKS.setdefault(loop, {})
+        except TypeError:
+            locks = _RESOURCE_LOCKS_STRONG.setdefault(loop, {})
+        lock = locks.get(resource)
+        if lock is None:
+            lock = locks[resource] = asyncio.Lock()
+        return lock
+
+
+def _release_when_done(
+    future: concurrent.futures.Future[Any], lock: asyncio.Lock, loop: asyncio.AbstractEventLoop
+) -> None:
+    def release(_: concurrent.futures.Future[Any]) -> None:
+        # A closed loop raises RuntimeError: then nobody is left waiting for the resource.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(lock.release)
+
+    future.add_done_callback(release)
+
+
+def _tool_items(
+    tools: ToolLike | Iterable[ToolLike] | Mapping[str, ToolLike],
+) -> Iterator[Tool[..., Any]]:
+    if isinstance(tools, Mapping):
+        for name, item in tools.items():
+            if isinstance(item, Tool):
+                yield item if item.name == name else replace(item, name=name)
+            else:
+                yield tool(_callable(item), name=name)
+    elif callable(tools):
+        yield tools if isinstance(tools, Tool) else tool(tools)
+    elif isinstance(tools, Iterable) and not isinstance(tools, str | bytes):
+        for item in tools:
+            yield item if isinstance(item, Tool) else tool(_callable(item))
+    else:
+        raise TypeError(
+            f"expected tools: a function, a Tool, an iterable or a mapping of them; "
+            f"got a {type(tools).__name__}"
+        )
+
+
+def _callable(item: object) -> Callable[..., Any]:
+    if not callable(item):
+        raise TypeError(f"expected a tool or a function, got {item!r}")
+    return item
+
+
+def _effect(effect: object) -> Effect:
+    if isinstance(effect, str) and effect in {e.value for e in Effect}:
+        return Effect(effect)
+    allowed = ", ".join(repr(e.value) for e in Effect)
+    raise ValueError(f"effect must be one of {allowed}; got {effect!r}")
+
+
+def _check_timeout(seconds: object, what: str) -> None:
+    if seconds is None:
+        return
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"{what} must be a number of seconds or None, got {seconds!r}")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{what} must be a positive, finite number of seconds; got {seconds!r}")
+
+
+def _default_name(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(f"{fn!r} has no __name__ to name the tool by; pass name=...")
+    return name
+
+
+def _first_doc_line(fn: Callable[..., Any]) -> str:
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    doc = inspect.getdoc(target) or ""
+    return doc.strip().split("\n", 1)[0].strip()
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
+    )
+
+
+def _parameters(fn: Callable[..., Any], name: str) -> tuple[ToolParameter, ...]:
+    try:
+        signature = inspect.signature(fn, eval_str=True)
+    except (NameError, SyntaxError, TypeError, ValueError) as exc:
+        raise TypeError(f"tool {name!r}: cannot read its signature ({exc})") from exc
+    parameters = []
+    for param in signature.parameters.values():
+        why = _FORBIDDEN_KINDS.get(param.kind)
+        if why is not None:
+            raise TypeError(
+                f"tool {name!r}: parameter {param.name!r} {why}; plan args are named JSON "
+                "values, so a tool takes only parameters that can be passed by name"
+            )
+        try:
+            json_types = _json_types(param.annotation)
+        except TypeError as exc:
+            raise TypeError(
+                f"tool {name!r}: parameter {param.name!r} has type hint {param.annotation!r}, "
+                f"{exc}; plan args are JSON: use str, int, float, bool, None, list, dict, a "
+                "Literal or a union of them, or Any"
+            ) from None
+        parameters.append(
+            ToolParameter(
+                name=param.name,
+                json_types=json_types,
+                required=param.default is inspect.Parameter.empty,
+            )
+        )
+    return tuple(parameters)
+
+
+def _json_types(hint: object) -> frozenset[str]:
+    """The JSON types a hint allows; empty means any. Raises TypeError for a non-JSON hint."""
+    if hint is inspect.Parameter.empty or hint is Any or hint is object:
+        return _ANY
+    if isinstance(hint, typing.NewType):
+        return _json_types(hint.__supertype__)
+    alias_value = getattr(hint, "__value__", None)  # a `type X = ...` alias (Python 3.12+)
+    if alias_value is not None and type(hint).__name__ == "TypeAliasType":
+        return _json_types(alias_value)
+    origin = typing.get_origin(hint)
+    arguments = typing.get_args(hint)
+    if origin is typing.Annotated:
+        return _json_types(arguments[0])
+    if origin is typing.Union or origin is types.UnionType:
+        members = [_json_types(member) for member in arguments]
+        return _ANY if _ANY in members else frozenset().union(*members)
+    if origin is Literal:
+        bad = [value for value in arguments if not _is_json_literal(value)]
+        if bad:
+            raise TypeError(f"whose value {bad[0]!r} is not a JSON scalar")
+        return frozenset(_JSON_TYPE_OF_HINT[type(value)] for value in arguments)
+    base = hint if origin is None else origin
+    try:
+        json_type = _JSON_TYPE_OF_HINT.get(base)
+    except TypeError:  # an unhashable hint
+        json_type = None
+    if json_type is None:
+        raise TypeError("which no JSON value has")
+    return frozenset({json_type})
+
+
+def _is_json_literal(value: object) -> bool:
+    # Exact types: an Enum member is a str or int subclass, but plans carry the plain value.
+    return type(value) in _JSON_LITERAL_TYPES and not (
+        isinstance(value, float) and not math.isfinite(value)
+    )
