@@ -20,7 +20,7 @@ from pev.cli._render import chain_report, task_table, timeline
 from pev.cli._tour import SCENARIOS, run_scenario
 from pev.errors import PevError, SchemaVersionError, UnknownTaskError
 from pev.kernel import TaskStatus
-from pev.ledger import TERMINAL_PHASES, ChainReport, Ledger, TaskPhase, TaskState, utc_now
+from pev.ledger import TERMINAL_PHASES, ChainReport, Ledger, TaskPhase, TaskState
 from pev.stores import SQLiteStore
 
 __all__ = ["EXIT_CODES", "default_db", "main"]
@@ -87,7 +87,7 @@ def cli(ctx: click.Context, db: Path | None) -> None:
 )
 @click.pass_obj
 def demo(db: Path, names: Sequence[str]) -> None:
-    """Run the scripted tour of the kernel and ledger: slip, knock, timeout, camera.
+    """Run the tour of the kernel's paths through the engine: slip, knock, timeout, camera.
 
     Each scenario is written to the ledger; inspect one with `pev show TASK`.
     """
@@ -98,14 +98,11 @@ def demo(db: Path, names: Sequence[str]) -> None:
         all_expected = True
         for scenario in chosen:
             console.rule(f"[bold]{scenario.name}[/]: {scenario.story}")
-            state = await run_scenario(ledger, scenario, now=utc_now)
-            console.print(timeline(state))
-            report = await ledger.verify(state.task_id)
+            result = await run_scenario(scenario, store=ledger.store)
+            console.print(timeline(await ledger.state(result.task_id)))
+            report = await ledger.verify(result.task_id)
             console.print(chain_report(report))
-            finished = state.finished
-            all_expected &= (
-                report.ok and finished is not None and finished.status is scenario.expected
-            )
+            all_expected &= report.ok and result.status is scenario.expected
         return all_expected
 
     ok = _run(db, tour)
