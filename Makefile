@@ -41,8 +41,9 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest --cov --cov-report=term --cov-report=xml -p no:cacheprovider
 
-bench: $(STAMP)  ## Kernel and ledger benchmarks; writes the figures to docs/benchmarks.md.
+bench: $(STAMP)  ## Kernel, ledger and engine benchmarks; writes the figures to docs/benchmarks.md.
 	$(BIN)/python bench/bench_foundation.py --write docs/benchmarks.md
+	$(BIN)/python bench/bench_engine.py --write docs/benchmarks.md
 
 clean:  ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage coverage.xml

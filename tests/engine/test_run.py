@@ -1,4 +1,4 @@
-"""One round of the loop (SPEC §3, §6): outcomes of a run from what execution and the verifier say."""
+"""One round of the loop (SPEC §3, §6): a run's outcome from its execution and its verdict."""
 
 from __future__ import annotations
 

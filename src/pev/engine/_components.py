@@ -2,9 +2,10 @@
 
 So that another process can resume a task, its creation event records the import path
 (``module:qualname``) of each component that has one: a module-level function or class, or an
-instance of a module-level class that can be built without arguments (recorded as
-``module:Class()``). Lambdas, closures and configured instances have no such path: pass them
-again to :func:`pev.resume`.
+instance of a module-level class whose constructor takes no arguments at all (recorded as
+``module:Class()``). Lambdas, closures, methods bound to an instance, and instances of classes
+that take arguments (even optional ones, which may have configured them) have no such path:
+pass them again to :func:`pev.resume`.
 """
 
 from __future__ import annotations
@@ -42,13 +43,19 @@ def import_path(component: object) -> str | None:
     """The path another process can rebuild ``component`` from, or ``None`` if it has none."""
     target = component
     suffix = ""
+    if inspect.ismethod(target) and not inspect.isclass(target.__self__):
+        return None  # bound to an instance, which the path would lose: passed again on resume
     if not (inspect.isfunction(target) or inspect.isclass(target) or inspect.ismethod(target)):
         target = type(component)
         suffix = "()"
         try:
-            inspect.signature(target).bind()
+            parameters = inspect.signature(target).parameters
         except (TypeError, ValueError):
-            return None  # needs arguments: the caller passes it again on resume
+            return None
+        if parameters:
+            # Even optional parameters may have configured this instance (a FunctionExecutor
+            # given its functions), and `Class()` would rebuild a blank one: passed again.
+            return None
     module = getattr(target, "__module__", None)
     qualname = getattr(target, "__qualname__", None)
     if not module or not qualname or "<" in qualname or module == "__main__":

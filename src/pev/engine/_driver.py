@@ -13,29 +13,25 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
-from functools import partial
-from typing import Any
 
 from pev.engine._components import Components
 from pev.engine._planning import (
     append_feedback,
     deadline_passed,
-    effective_effect,
     merge_local,
     plan_request,
     redo_set,
     review_plan,
 )
 from pev.engine._protocols import (
-    _NODE_CONTEXT,
     NodeContext,
     Observation,
     ObserveContext,
     VerifyRequest,
 )
 from pev.engine._result import RunResult
+from pev.engine._round import Round
 from pev.errors import ConflictError, PevError, StateError, UsageError
 from pev.kernel import Budget, TaskStatus, TerminalReason, decide, diagnose
 from pev.ledger import (
@@ -44,14 +40,12 @@ from pev.ledger import (
     Event,
     EvidenceCaptured,
     Ledger,
-    NodeDispatched,
     NodeFinished,
-    NodeProgressed,
-    NodeSkipped,
     Revision,
     RevisionKind,
     RevisionStarted,
     RoundExecuted,
+    TaskFinished,
     TaskPhase,
     TaskState,
     VerdictRecorded,
@@ -59,7 +53,6 @@ from pev.ledger import (
     cancel_outcome,
     dispatch,
     executed_ok,
-    expire,
     finish,
     known_refs,
     lineage_records,
@@ -67,7 +60,6 @@ from pev.ledger import (
     missing_evidence,
     reject_plan,
     unfinished_records,
-    unsettled_unknown_actions,
 )
 from pev.model import (
     DeviceFailure,
@@ -75,20 +67,16 @@ from pev.model import (
     Evidence,
     EvidenceId,
     EvidencePhase,
-    ExecutionRecord,
-    JsonValue,
     NodeResult,
     Plan,
     PlanNode,
-    RecordId,
-    RecordStatus,
     Reliability,
     Success,
+    TaskId,
+    ToolSpec,
     VerificationMode,
     VerifierFailure,
     classify_verdict,
-    digest,
-    freeze_json,
     passes,
     record_status_for,
 )
@@ -98,9 +86,6 @@ __all__ = ["Driver"]
 
 log = logging.getLogger("pev.engine")
 
-# A custom executor gets this much beyond the node's own timeout before the engine stops
-# waiting for it: a well-behaved executor reports its own timeout first.
-_TIMEOUT_GRACE_S = 0.05
 _CONFLICT_RETRIES = 8
 _EXPIRE_EVERY_POLLS = 20
 
@@ -128,9 +113,7 @@ class Driver:
         self._poll_s = poll_s
         self._lessons = lessons
         self._cancel = asyncio.Event()
-        self._queue: list[Event] = []
-        self._waiters: list[asyncio.Future[TaskState]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._write_lock = asyncio.Lock()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -139,11 +122,13 @@ class Driver:
         watcher = asyncio.create_task(self._watch(), name=f"pev-watch-{self._task_id}")
         try:
             while not self.state.terminal:
+                # The deadline comes first: past it, the round sets the cancel signal itself (to
+                # stop in-flight work) without any cancel_requested event to refresh towards.
+                if self.past_task_deadline():
+                    await self.write([self._task_deadline_finish()])
+                    continue
                 if self._cancel.is_set() and not self.state.cancel_requested:
                     await self._refresh()
-                    continue
-                if self._past_task_deadline():
-                    await self._write([self._task_deadline_finish()])
                     continue
                 try:
                     await self._step()
@@ -156,9 +141,6 @@ class Driver:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-            if self._flusher is not None:
-                with contextlib.suppress(Exception):
-                    await self._flusher
         return RunResult.from_state(self.state)
 
     async def _step(self) -> None:
@@ -170,42 +152,20 @@ class Driver:
             case TaskPhase.VERIFYING:
                 await self._verify()
             case TaskPhase.AWAITING_REPLAN:
-                await self._write(begin_replan(self.state, now=self._clock()))
+                await self.write(begin_replan(self.state, now=self._clock()))
             case TaskPhase.CANCELLING:
-                await self._write([cancel_outcome(self.state)])
+                await self.write([cancel_outcome(self.state)])
             case _:  # terminal phases end the loop before a step is taken
                 raise AssertionError(f"no step for phase {self.state.phase}")
 
     # -- writing --------------------------------------------------------------------------
 
-    async def _write(self, events: Sequence[Event]) -> TaskState:
-        """Append events; concurrent writers (parallel nodes) share one transaction."""
+    async def write(self, events: Sequence[Event]) -> TaskState:
+        """Append events in one transaction; writers of one task take turns."""
         if not events:
             return self.state
-        future: asyncio.Future[TaskState] = asyncio.get_running_loop().create_future()
-        self._queue.extend(events)
-        self._waiters.append(future)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush())
-        # The write goes on even if the caller is cancelled: a record must reach the ledger.
-        return await asyncio.shield(future)
-
-    async def _flush(self) -> None:
-        while self._queue:
-            events, waiters = self._queue, self._waiters
-            self._queue, self._waiters = [], []
-            try:
-                state = await self._append(events)
-            except BaseException as exc:
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_exception(exc)
-                if not isinstance(exc, Exception):
-                    raise
-            else:
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(state)
+        async with self._write_lock:
+            return await self._append(list(events))
 
     async def _append(self, events: list[Event]) -> TaskState:
         for _ in range(_CONFLICT_RETRIES):
@@ -248,17 +208,17 @@ class Driver:
 
     # -- time -----------------------------------------------------------------------------
 
-    def _remaining_s(self) -> float | None:
+    def remaining_s(self) -> float | None:
         """Seconds left before the task deadline, or ``None`` without one."""
         deadline = self.state.created.task_deadline
         if deadline is None:
             return None
         return max((deadline - self._clock()).total_seconds(), 0.0)
 
-    def _past_task_deadline(self) -> bool:
+    def past_task_deadline(self) -> bool:
         return deadline_passed(self._clock(), self.state.created.task_deadline)
 
-    def _task_deadline_finish(self) -> Event:
+    def _task_deadline_finish(self) -> TaskFinished:
         return finish(
             self.state,
             TaskStatus.FAILED,
@@ -271,6 +231,45 @@ class Driver:
         present = [limit for limit in limits if limit is not None]
         return min(present) if present else None
 
+    # -- what a round uses ----------------------------------------------------------------
+
+    @property
+    def task_id(self) -> TaskId:
+        """The task being driven."""
+        return self._task_id
+
+    @property
+    def tools(self) -> Mapping[str, ToolSpec] | None:
+        """The registered tools' specs, when the run has tools."""
+        return self._c.tools
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the task is being cancelled or has run out of time."""
+        return self._cancel.is_set()
+
+    @property
+    def cancel_signal(self) -> asyncio.Event:
+        """The event nodes watch to stop early."""
+        return self._cancel
+
+    def cancel_now(self) -> None:
+        """Tell running nodes to stop (the task deadline passed)."""
+        self._cancel.set()
+
+    def now(self) -> datetime:
+        """The engine's clock."""
+        return self._clock()
+
+    def node_timeout(self, node: PlanNode) -> float | None:
+        """The node's timeout: its tool's own, else the policy's, within the task deadline."""
+        own = self._c.tool_timeouts.get(node.tool or "") or self.state.policy.node_timeout_s
+        return self._bound(own, self.remaining_s())
+
+    async def execute(self, node: PlanNode, context: NodeContext) -> object:
+        """Call the executor."""
+        return await self._c.execute(node, context)
+
     # -- plan -----------------------------------------------------------------------------
 
     async def _plan(self) -> None:
@@ -282,12 +281,24 @@ class Driver:
             if state.replan_deadline is not None
             else None
         )
-        timeout = self._bound(replan_left, self._remaining_s())
+        remaining = self.remaining_s()
+        timeout = self._bound(replan_left, remaining)
         try:
             returned = await asyncio.wait_for(self._c.plan(request), timeout)
         except TimeoutError:
-            expired = expire(self.state, now=self._clock())
-            await self._write(expired or [self._task_deadline_finish()])
+            if replan_left is not None and (remaining is None or replan_left <= remaining):
+                detail = (
+                    f"the planner was still working at the replan deadline {state.replan_deadline}"
+                )
+                ending = finish(
+                    self.state,
+                    TaskStatus.FAILED,
+                    TerminalReason.REPLAN_DEADLINE_EXPIRED,
+                    detail=detail,
+                )
+            else:
+                ending = self._task_deadline_finish()
+            await self.write([ending])
             return
         except AssertionError:
             raise
@@ -302,7 +313,7 @@ class Driver:
         if plan is not None and not problems:
             problems = review_plan(state, plan, kind=kind, redo=redo, tools=self._c.tools)
         if problems:
-            await self._write(
+            await self.write(
                 reject_plan(
                     self.state,
                     problems=problems,
@@ -317,7 +328,7 @@ class Driver:
         action = state.replan_action
         feedback = getattr(action, "feedback", "")
         reason = "initial plan" if kind is RevisionKind.INITIAL else feedback or f"{kind} replan"
-        await self._write(
+        await self.write(
             [
                 RevisionStarted(
                     number=number,
@@ -360,202 +371,12 @@ class Driver:
         )
         if self._c.observe is not None and not started:
             await self._observe(EvidencePhase.BEFORE)
-        finished = await self._run_round(revision.plan, number, revision.redo)
+        finished = await Round(self, revision.plan, number, revision.redo).run()
         if not finished:
             return  # cancelled or out of time: the loop ends the task
         if self._c.observe is not None:
             await self._observe(EvidencePhase.AFTER)
-        await self._write([RoundExecuted(revision=number, executed_ok=executed_ok(self.state))])
-
-    async def _run_round(self, plan: Plan, number: int, redo: frozenset[str]) -> bool:
-        """Dispatch the revision's nodes as their dependencies finish; True if the round ran out."""
-        done = self._settled_nodes(plan, number, redo)
-        pending = [node for node in plan.nodes if node.id not in done]
-        running: dict[asyncio.Task[bool], str] = {}
-        limit = self.state.policy.max_parallel
-        while pending or running:
-            stopping = self._cancel.is_set() or self._past_task_deadline()
-            if not stopping:
-                pending = await self._skip_blocked(pending, done, number)
-                ready = [n for n in pending if all(done.get(d) is True for d in n.after)]
-                ready = ready[: max(limit - len(running), 0)]
-                if ready:
-                    pending = [n for n in pending if n not in ready]
-                    started = await self._dispatch(ready, number)
-                    running.update({task: node_id for node_id, task in started})
-            if not running:
-                break
-            finished, _ = await asyncio.wait(
-                running,
-                timeout=self._remaining_s() if not stopping else None,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            if not finished and self._past_task_deadline():
-                # The whole-task deadline cancels in-flight work; each node records its end.
-                self._cancel.set()
-                for task in running:
-                    task.cancel()
-                await asyncio.wait(running)
-                finished = set(running)
-            for task in finished:
-                node_id = running.pop(task)
-                try:
-                    done[node_id] = task.result()
-                except BaseException:
-                    # A write failed under the round (the task ended elsewhere): stop the rest.
-                    for other in running:
-                        other.cancel()
-                    await asyncio.gather(*running, return_exceptions=True)
-                    raise
-        return not (pending or self._cancel.is_set() or self._past_task_deadline())
-
-    def _settled_nodes(self, plan: Plan, number: int, redo: frozenset[str]) -> dict[str, bool]:
-        """Nodes that need no dispatch this round, and whether each succeeded."""
-        state = self.state
-        lineage = lineage_results(state)
-        done: dict[str, bool] = {}
-        for node in plan.nodes:
-            if redo and node.id not in redo:
-                done[node.id] = isinstance(lineage.get(node.id), Success)
-        for record in state.records.values():
-            if record.revision == number and record.terminal:
-                done[record.node_id] = record.status is RecordStatus.SUCCEEDED
-        for skipped in state.skipped:
-            if skipped.revision == number:
-                done[skipped.node_id] = False
-        return done
-
-    async def _skip_blocked(
-        self, pending: list[PlanNode], done: dict[str, bool], number: int
-    ) -> list[PlanNode]:
-        """Record a skip for each node a failed dependency blocks, transitively."""
-        while True:
-            blocked = [n for n in pending if any(done.get(d) is False for d in n.after)]
-            if not blocked:
-                return pending
-            await self._write(
-                [
-                    NodeSkipped(
-                        revision=number,
-                        node_id=node.id,
-                        blocked_by=tuple(d for d in node.after if done.get(d) is False),
-                    )
-                    for node in blocked
-                ]
-            )
-            for node in blocked:
-                done[node.id] = False
-            pending = [n for n in pending if n not in blocked]
-
-    async def _dispatch(
-        self, nodes: list[PlanNode], number: int
-    ) -> list[tuple[str, asyncio.Task[bool]]]:
-        """Commit the nodes' pending records (one transaction), then start them."""
-        outputs = {
-            node_id: result.value
-            for node_id, result in lineage_results(self.state).items()
-            if isinstance(result, Success)
-        }
-        unknown = {(r.tool, r.args_digest) for r in unsettled_unknown_actions(self.state)}
-        now = self._clock()
-        prepared: list[
-            tuple[ExecutionRecord, PlanNode, dict[str, JsonValue], NodeResult | None]
-        ] = []
-        for node in nodes:
-            deps = {dep: outputs.get(dep) for dep in node.after}
-            refused: NodeResult | None = None
-            try:
-                args = _resolve(node.args, outputs)
-            except LookupError as exc:
-                args, refused = dict(node.args), VerifierFailure(node.id, str(exc))
-            effect = effective_effect(node, self._c.tools)
-            args_digest = digest(args)
-            if refused is None and effect is Effect.ACTION and (node.tool, args_digest) in unknown:
-                refused = VerifierFailure(
-                    node.id,
-                    f"refused to repeat action {node.tool!r} with the same args as a record whose "
-                    "outcome is unknown; observe or reconcile it first, or change the action",
-                )
-            record_id = RecordId(uuid.uuid4().hex)
-            record = ExecutionRecord(
-                id=record_id,
-                task_id=self._task_id,
-                revision=number,
-                node_id=node.id,
-                tool=node.tool,
-                args_digest=args_digest,
-                effect=effect,
-                idempotency_key=f"{self._task_id}/{record_id}",
-                created_at=now,
-                updated_at=now,
-            )
-            prepared.append((record, replace(node, args=args), deps, refused))
-        await self._write([NodeDispatched(record=record) for record, _, _, _ in prepared])
-        return [
-            (node.id, asyncio.create_task(self._run_node(record, node, deps, refused)))
-            for record, node, deps, refused in prepared
-        ]
-
-    async def _run_node(
-        self,
-        record: ExecutionRecord,
-        node: PlanNode,
-        deps: Mapping[str, JsonValue],
-        refused: NodeResult | None,
-    ) -> bool:
-        """Run one dispatched node and record its end; True if it succeeded."""
-        action = record.effect is Effect.ACTION
-        status: RecordStatus | None = None
-        result: NodeResult | None = refused
-        if result is None:
-            timeout = self._bound(
-                self._c.tool_timeouts.get(node.tool or "") or self.state.policy.node_timeout_s,
-                self._remaining_s(),
-            )
-            loop = asyncio.get_running_loop()
-            context = NodeContext(
-                task_id=self._task_id,
-                node_id=node.id,
-                revision=record.revision,
-                record_id=record.id,
-                idempotency_key=record.idempotency_key,
-                deadline=loop.time() + timeout if timeout is not None else None,
-                cancelled=self._cancel,
-                dependencies=deps,
-                report=partial(self._report, record.id),
-            )
-            _NODE_CONTEXT.set(context)  # this task's own context: visible to the executor
-            try:
-                wait = timeout + _TIMEOUT_GRACE_S if timeout is not None else None
-                result = _as_result(
-                    node, await asyncio.wait_for(self._c.execute(node, context), wait)
-                )
-            except TimeoutError:
-                result = DeviceFailure(
-                    node.id,
-                    f"timed out after {timeout:g} s",
-                    is_timeout=True,
-                    outcome_unknown=action,
-                )
-            except asyncio.CancelledError:
-                if action:
-                    result = DeviceFailure(
-                        node.id, "cancelled while running; the action's outcome is unknown",
-                        outcome_unknown=True,
-                    )  # fmt: skip
-                else:
-                    status = RecordStatus.CANCELLED
-            except Exception as exc:  # noqa: BLE001 - an executor that raises is a device failure
-                result = DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
-        if status is None:
-            status = record_status_for(result) if result is not None else RecordStatus.CANCELLED
-        await self._write(
-            [NodeFinished(record_id=record.id, status=status, result=result, at=self._clock())]
-        )
-        return isinstance(result, Success)
-
-    async def _report(self, record_id: RecordId, status: RecordStatus) -> None:
-        await self._write([NodeProgressed(record_id=record_id, status=status, at=self._clock())])
+        await self.write([RoundExecuted(revision=number, executed_ok=executed_ok(self.state))])
 
     async def _observe(self, phase: EvidencePhase) -> None:
         observe = self._c.observe
@@ -570,7 +391,7 @@ class Driver:
             results=lineage_results(state),
         )
         try:
-            returned = await asyncio.wait_for(observe(phase, context), self._remaining_s())
+            returned = await asyncio.wait_for(observe(phase, context), self.remaining_s())
             observations = list(returned) if isinstance(returned, list | tuple) else [returned]
             now = self._clock()
             events: list[Event] = [
@@ -585,7 +406,7 @@ class Driver:
                     revision=revision.number, phase=phase, error=f"{type(exc).__name__}: {exc}"
                 )
             ]
-        await self._write(events)
+        await self.write(events)
 
     # -- verify, diagnose, decide ---------------------------------------------------------
 
@@ -597,11 +418,12 @@ class Driver:
         verdict = None
         reliability: Reliability | None = None
         missing = (
-            missing_evidence(state, revision.number)
-            if mode in (VerificationMode.ENFORCE, VerificationMode.RECOVERY)
-            else ()
+            missing_evidence(state, revision.number) if mode is not VerificationMode.OFF else ()
         )
-        if missing:
+        # Enforce and recovery stop on missing evidence without asking the verifier. Audit asks
+        # it anyway (its outcome follows execution) and records recovery's stop as the shadow.
+        stop = bool(missing) and mode in (VerificationMode.ENFORCE, VerificationMode.RECOVERY)
+        if stop:
             events.append(
                 VerdictRecorded(
                     revision=revision.number,
@@ -618,7 +440,7 @@ class Driver:
             events.append(recorded)
             verdict, reliability = recorded.verdict, recorded.reliability
         diagnosis = None
-        if mode is not VerificationMode.OFF and not missing and not passes(verdict, reliability):
+        if mode is not VerificationMode.OFF and not stop and not passes(verdict, reliability):
             diagnosis = diagnose(
                 verdict, reliability or Reliability.MALFORMED, lineage_results(state)
             )
@@ -637,7 +459,7 @@ class Driver:
             local_limit=state.policy.local_limit,
         )
         events.extend(dispatch(state, decision, now=self._clock()))
-        await self._write(events)
+        await self.write(events)
 
     async def _call_verifier(self, state: TaskState) -> VerdictRecorded | None:
         """Call the verifier under the engine's guard; ``None`` if the task ran out of time."""
@@ -657,7 +479,7 @@ class Driver:
             lessons=self._lessons,
         )
         own = state.policy.verify_timeout_s
-        remaining = self._remaining_s()
+        remaining = self.remaining_s()
         timeout = self._bound(own, remaining)
         try:
             raw = await asyncio.wait_for(verify(request), timeout)
@@ -718,7 +540,7 @@ class Driver:
                     settled_on_resume=True,
                 )
             )
-        await self._write(events)
+        await self.write(events)
 
 
 class _PlannerFailed:
@@ -751,52 +573,10 @@ def _thrown(revision: int, problem: str) -> VerdictRecorded:
     )
 
 
-def _as_result(node: PlanNode, value: object) -> NodeResult:
-    if isinstance(value, Success | DeviceFailure | VerifierFailure):
-        return value
-    return DeviceFailure(
-        node.id, f"the executor returned a {type(value).__name__}, not a node result"
-    )
-
-
 def _as_result_or_none(value: object) -> NodeResult | None:
     if value is None or isinstance(value, Success | DeviceFailure | VerifierFailure):
         return value
     return None
-
-
-def _resolve(args: Mapping[str, Any], outputs: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
-    """Args with every ``{"$ref": "n1.key"}`` replaced by that dependency output.
-
-    Raises:
-        LookupError: A reference names an output or a path inside it that does not exist.
-    """
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, Mapping):
-            if len(value) == 1 and isinstance(value.get("$ref"), str):
-                return _follow(value["$ref"], outputs)
-            return {key: walk(item) for key, item in value.items()}
-        if isinstance(value, list | tuple):
-            return [walk(item) for item in value]
-        return value
-
-    return {key: walk(value) for key, value in args.items()}
-
-
-def _follow(ref: str, outputs: Mapping[str, JsonValue]) -> JsonValue:
-    node_id, *path = ref.split(".")
-    if node_id not in outputs:
-        raise LookupError(f"$ref {ref!r}: node {node_id!r} has no output to take")
-    value: Any = outputs[node_id]
-    for step in path:
-        if isinstance(value, Mapping) and step in value:
-            value = value[step]
-        elif isinstance(value, list | tuple) and step.isdigit() and int(step) < len(value):
-            value = value[int(step)]
-        else:
-            raise LookupError(f"$ref {ref!r}: the output of {node_id!r} has no {step!r}")
-    return freeze_json(value)
 
 
 def _evidence(item: object, phase: EvidencePhase, revision: int, now: datetime) -> Evidence:

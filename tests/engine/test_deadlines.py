@@ -1,0 +1,222 @@
+"""Cancellation and deadlines in a run (SPEC §5.3, §6): stopping work without losing a record."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import pev
+from pev.engine import PlanRequest, VerifyRequest, current_node_context
+from pev.kernel import TaskStatus, TerminalReason
+from pev.ledger import VerdictRecorded
+from pev.model import (
+    Plan,
+    PlanNode,
+    RecordStatus,
+    Reliability,
+    Verdict,
+    VerificationContract,
+    VerificationMode,
+)
+from pev.policy import RecoveryPolicy
+from pev.testing import FunctionExecutor, ScriptedPlanner, ScriptedVerifier
+
+if TYPE_CHECKING:  # the fixture's type, for readers and editors; conftest is not importable
+    from conftest import Engine
+
+GOAL = "water the plants"
+RECOVERY = VerificationContract(VerificationMode.RECOVERY, GOAL, ("the soil is damp",))
+WAIT_S = 3.0  # longer than any test should take: a call that sleeps this long must be stopped
+
+
+def _slow_then_more(effect: str) -> Plan:
+    return Plan(
+        GOAL,
+        (
+            PlanNode("slow", "a long step", effect=effect),
+            PlanNode("next", "what follows", effect="query", after=("slow",)),
+        ),
+    )
+
+
+async def _cancel_once_started(engine: Engine, started: asyncio.Event, task_id: str) -> None:
+    await asyncio.wait_for(started.wait(), WAIT_S)
+    await pev.cancel(task_id, store=engine.store, reason="operator said stop")
+
+
+# -- cancellation -----------------------------------------------------------------------------
+
+
+async def test_cancelling_while_a_query_runs_ends_cancelled(engine: Engine) -> None:
+    """A cancel during a query that watches context.cancelled: cancelled/cancelled, nothing more."""
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await asyncio.wait_for(current_node_context().cancelled.wait(), WAIT_S)
+        return "stopped early"
+
+    executor = FunctionExecutor({"slow": slow})
+    run = asyncio.create_task(
+        engine.run(
+            planner=ScriptedPlanner(_slow_then_more("query")), executor=executor, task_id="t1"
+        )
+    )
+    await _cancel_once_started(engine, started, "t1")
+
+    result = await asyncio.wait_for(run, WAIT_S)
+
+    assert (result.status, result.reason) == (TaskStatus.CANCELLED, TerminalReason.CANCELLED)
+    assert executor.calls == {"slow": 1}
+    assert "cancel_requested" in await engine.kinds("t1")
+
+
+async def test_a_running_node_is_let_finish_on_cancel(engine: Engine) -> None:
+    """The engine lets a running node reach a terminal record before ending the task."""
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await asyncio.wait_for(current_node_context().cancelled.wait(), WAIT_S)
+        return "stopped early"
+
+    run = asyncio.create_task(
+        engine.run(
+            planner=ScriptedPlanner(_slow_then_more("query")),
+            executor=FunctionExecutor({"slow": slow}),
+            task_id="t1",
+        )
+    )
+    await _cancel_once_started(engine, started, "t1")
+    await asyncio.wait_for(run, WAIT_S)
+
+    records = list((await engine.state("t1")).records.values())
+    assert [(r.node_id, r.status) for r in records] == [("slow", RecordStatus.SUCCEEDED)]
+
+
+async def test_cancelling_while_an_action_is_left_unknown_ends_failed(engine: Engine) -> None:
+    """A cancel that leaves an action's outcome unknown (it timed out): failed/cancelled."""
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(WAIT_S)  # ignores the cancel: only its timeout stops it
+        return "done"
+
+    run = asyncio.create_task(
+        engine.run(
+            planner=ScriptedPlanner(_slow_then_more("action")),
+            executor=FunctionExecutor({"slow": slow}),
+            policy=RecoveryPolicy(node_timeout_s=0.3),
+            task_id="t1",
+        )
+    )
+    await _cancel_once_started(engine, started, "t1")
+
+    result = await asyncio.wait_for(run, WAIT_S)
+
+    assert (result.status, result.reason) == (TaskStatus.FAILED, TerminalReason.CANCELLED)
+    [record] = (await engine.state("t1")).records.values()
+    assert record.status is RecordStatus.UNKNOWN
+
+
+async def test_cancelling_an_ended_task_changes_nothing(engine: Engine) -> None:
+    """pev.cancel on a task that has ended returns it unchanged and writes nothing."""
+    result = await engine.run(
+        planner=ScriptedPlanner(_slow_then_more("query")), executor=FunctionExecutor()
+    )
+    before = await engine.kinds(result.task_id)
+
+    state = await pev.cancel(result.task_id, store=engine.store)
+
+    assert state.finished is not None
+    assert state.finished.reason is TerminalReason.EXECUTION_SUCCEEDED
+    assert await engine.kinds(result.task_id) == before
+
+
+# -- the task deadline ------------------------------------------------------------------------
+
+
+async def test_a_slow_action_past_the_task_deadline_ends_unknown_and_expired(
+    engine: Engine,
+) -> None:
+    """task_timeout_s passes while an action runs: task_deadline_expired, the record unknown."""
+    executor = FunctionExecutor({"slow": lambda: asyncio.sleep(WAIT_S)})
+
+    result = await engine.run(
+        planner=ScriptedPlanner(_slow_then_more("action")),
+        executor=executor,
+        policy=RecoveryPolicy(task_timeout_s=0.1),
+    )
+
+    assert (result.status, result.reason) == (
+        TaskStatus.FAILED,
+        TerminalReason.TASK_DEADLINE_EXPIRED,
+    )
+    [record] = (await engine.state(result.task_id)).records.values()
+    assert record.status is RecordStatus.UNKNOWN
+    assert executor.calls == {"slow": 1}
+
+
+async def test_a_planner_slower_than_the_task_deadline_ends_the_task(engine: Engine) -> None:
+    """The initial plan not ready by the task deadline: failed/task_deadline_expired."""
+
+    async def slow(request: PlanRequest) -> Plan:
+        await asyncio.sleep(WAIT_S)
+        return _slow_then_more("query")
+
+    result = await engine.run(
+        planner=ScriptedPlanner(slow),
+        executor=FunctionExecutor(),
+        policy=RecoveryPolicy(task_timeout_s=0.1),
+    )
+
+    assert (result.status, result.reason) == (
+        TaskStatus.FAILED,
+        TerminalReason.TASK_DEADLINE_EXPIRED,
+    )
+    assert result.revisions == 0
+
+
+async def test_a_verifier_slower_than_the_task_deadline_ends_the_task(engine: Engine) -> None:
+    """The verifier still thinking at the task deadline: failed/task_deadline_expired."""
+
+    async def slow(request: VerifyRequest) -> Verdict:
+        await asyncio.sleep(WAIT_S)
+        return Verdict.passed(request.contract)
+
+    result = await engine.run(
+        planner=ScriptedPlanner(_slow_then_more("query")),
+        executor=FunctionExecutor(),
+        verifier=ScriptedVerifier(slow),
+        contract=RECOVERY,
+        policy=RecoveryPolicy(task_timeout_s=0.1),
+    )
+
+    assert (result.status, result.reason) == (
+        TaskStatus.FAILED,
+        TerminalReason.TASK_DEADLINE_EXPIRED,
+    )
+
+
+async def test_a_verifier_past_verify_timeout_counts_as_thrown(engine: Engine) -> None:
+    """A verifier slower than verify_timeout_s is unreliable: partial/verifier_unreliable."""
+
+    async def slow(request: VerifyRequest) -> Verdict:
+        await asyncio.sleep(WAIT_S)
+        return Verdict.passed(request.contract)
+
+    result = await engine.run(
+        planner=ScriptedPlanner(_slow_then_more("query")),
+        executor=FunctionExecutor(),
+        verifier=ScriptedVerifier(slow),
+        contract=RECOVERY,
+        policy=RecoveryPolicy(verify_timeout_s=0.05),
+    )
+
+    assert (result.status, result.reason) == (
+        TaskStatus.PARTIAL,
+        TerminalReason.VERIFIER_UNRELIABLE,
+    )
+    [recorded] = [e for e in await engine.events(result.task_id) if isinstance(e, VerdictRecorded)]
+    assert recorded.reliability is Reliability.THROWN
