@@ -21,7 +21,7 @@ import functools
 import json
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, Union, cast
 
@@ -42,33 +42,73 @@ _LOCAL_HINTS = {"JsonValue": _JsonValueHint}
 
 def encode(value: object) -> object:
     """Turn a pev value into plain JSON structures (dicts, lists, scalars)."""
-    if value is None or isinstance(value, bool | int | float | str):
-        if isinstance(value, enum.Enum):
-            return value.value
-        return value
-    if isinstance(value, JsonObject | Mapping):
-        return {str(key): encode(item) for key, item in value.items()}
-    if isinstance(value, tuple | list):
-        return [encode(item) for item in value]
-    if isinstance(value, frozenset | set):
-        items = [encode(item) for item in value]
-        return sorted(items, key=canonical_json)
-    if isinstance(value, enum.Enum):
-        return encode(value.value)
-    if isinstance(value, datetime):
-        return _encode_datetime(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        cls = type(value)
-        out: dict[str, object] = {}
-        tag = _tag_of(cls)
-        if tag is not None:
-            out["kind"] = tag
-        for field in _fields(cls):
-            out[field.name] = encode(getattr(value, field.name))
+    encoder = _ENCODERS.get(type(value))
+    if encoder is None:
+        encoder = _encoder_for(type(value))
+    return encoder(value)
+
+
+# The encoder of each type, found once per type: the ledger encodes every event it seals, so
+# this is on pev's hot path.
+def _same(value: object) -> object:
+    return value
+
+
+def _encode_mapping(value: Mapping[object, object]) -> object:
+    return {str(key): encode(item) for key, item in value.items()}
+
+
+def _encode_sequence(value: tuple[object, ...] | list[object]) -> object:
+    return [encode(item) for item in value]
+
+
+def _encode_set(value: frozenset[object] | set[object]) -> object:
+    return sorted((encode(item) for item in value), key=canonical_json)
+
+
+def _encode_bytes(value: bytes) -> object:
+    return base64.b64encode(value).decode("ascii")
+
+
+def _encoder_for(cls: type) -> Callable[[Any], object]:
+    encoder: Callable[[Any], object]
+    if issubclass(cls, enum.Enum):
+        encoder = _encode_enum
+    elif dataclasses.is_dataclass(cls):
+        encoder = _dataclass_encoder(cls)
+    elif issubclass(cls, bool | int | float | str):
+        encoder = _same
+    elif issubclass(cls, Mapping):
+        encoder = _encode_mapping
+    elif issubclass(cls, tuple | list):
+        encoder = _encode_sequence
+    elif issubclass(cls, frozenset | set):
+        encoder = _encode_set
+    elif issubclass(cls, datetime):
+        encoder = _encode_datetime
+    elif issubclass(cls, bytes):
+        encoder = _encode_bytes
+    else:
+        raise CodecError(f"a {cls.__name__} cannot be encoded as JSON")
+    _ENCODERS[cls] = encoder
+    return encoder
+
+
+def _encode_enum(value: enum.Enum) -> object:
+    return encode(value.value)
+
+
+def _dataclass_encoder(cls: type) -> Callable[[Any], object]:
+    names = tuple(field.name for field in _fields(cls))
+    tag = _tag_of(cls)
+
+    def encode_dataclass(value: object) -> object:
+        out: dict[str, object] = {"kind": tag} if tag is not None else {}
+        for name in names:
+            out[name] = encode(getattr(value, name))
         return out
-    raise CodecError(f"a {type(value).__name__} cannot be encoded as JSON")
+
+    return encode_dataclass
 
 
 def dumps(value: object) -> str:
@@ -101,7 +141,26 @@ def decode(data: object, into: type[T] | Any, *, path: str = "$") -> T:
 def _encode_datetime(value: datetime) -> str:
     if value.tzinfo is None:
         raise CodecError("naive datetimes are ambiguous; use an aware UTC datetime")
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
+    return utc.isoformat().replace("+00:00", "Z")
+
+
+_ENCODERS: dict[type, Callable[[Any], object]] = {
+    str: _same,
+    int: _same,
+    float: _same,
+    bool: _same,
+    type(None): _same,
+    dict: _encode_mapping,
+    JsonObject: _encode_mapping,
+    types.MappingProxyType: _encode_mapping,
+    tuple: _encode_sequence,
+    list: _encode_sequence,
+    frozenset: _encode_set,
+    set: _encode_set,
+    datetime: _encode_datetime,
+    bytes: _encode_bytes,
+}
 
 
 @functools.cache
