@@ -220,3 +220,49 @@ async def test_a_verifier_past_verify_timeout_counts_as_thrown(engine: Engine) -
     )
     [recorded] = [e for e in await engine.events(result.task_id) if isinstance(e, VerdictRecorded)]
     assert recorded.reliability is Reliability.THROWN
+
+
+async def test_cancelling_while_the_planner_works_stops_waiting_for_it(engine: Engine) -> None:
+    """A cancel during a slow planner call ends the task without waiting for the planner."""
+    started = asyncio.Event()
+
+    async def slow_planner(request: PlanRequest) -> Plan:
+        started.set()
+        await asyncio.sleep(WAIT_S)
+        return _slow_then_more("query")
+
+    run = asyncio.create_task(
+        engine.run(planner=slow_planner, executor=FunctionExecutor(), task_id="t1")
+    )
+    await _cancel_once_started(engine, started, "t1")
+
+    result = await asyncio.wait_for(run, WAIT_S / 2)
+
+    assert (result.status, result.reason) == (TaskStatus.CANCELLED, TerminalReason.CANCELLED)
+    assert "revision_started" not in await engine.kinds("t1")
+
+
+async def test_cancelling_while_the_verifier_works_stops_waiting_for_it(engine: Engine) -> None:
+    """A cancel during a slow verifier call ends the task without a verdict."""
+    started = asyncio.Event()
+
+    async def slow_verifier(request: VerifyRequest) -> Verdict:
+        started.set()
+        await asyncio.sleep(WAIT_S)
+        return Verdict.passed(request.contract)
+
+    run = asyncio.create_task(
+        engine.run(
+            planner=ScriptedPlanner(_slow_then_more("query")),
+            executor=FunctionExecutor(),
+            verifier=slow_verifier,
+            contract=RECOVERY,
+            task_id="t1",
+        )
+    )
+    await _cancel_once_started(engine, started, "t1")
+
+    result = await asyncio.wait_for(run, WAIT_S / 2)
+
+    assert (result.status, result.reason) == (TaskStatus.CANCELLED, TerminalReason.CANCELLED)
+    assert "verdict_recorded" not in await engine.kinds("t1")

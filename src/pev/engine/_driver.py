@@ -12,8 +12,9 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 from pev.engine._components import Components
 from pev.engine._planning import (
@@ -83,6 +84,8 @@ from pev.model import (
 from pev.rails import RailBus
 
 __all__ = ["Driver"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("pev.engine")
 
@@ -226,6 +229,30 @@ class Driver:
             detail=f"the task deadline {self.state.created.task_deadline} passed",
         )
 
+    async def _call(self, call: Awaitable[T], timeout: float | None) -> T:
+        """Await a planner or verifier call; give up on it if the task is cancelled meanwhile.
+
+        Raises:
+            TimeoutError: The call ran past ``timeout``.
+            _CancelledMeanwhile: A cancel arrived first (the call is cancelled).
+        """
+        work = asyncio.ensure_future(call)
+        cancelled = asyncio.ensure_future(self._cancel.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {work, cancelled}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            cancelled.cancel()
+        if work in done:
+            return work.result()
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await work
+        if self._cancel.is_set():
+            raise _CancelledMeanwhile
+        raise TimeoutError
+
     @staticmethod
     def _bound(*limits: float | None) -> float | None:
         present = [limit for limit in limits if limit is not None]
@@ -284,7 +311,9 @@ class Driver:
         remaining = self.remaining_s()
         timeout = self._bound(replan_left, remaining)
         try:
-            returned = await asyncio.wait_for(self._c.plan(request), timeout)
+            returned = await self._call(self._c.plan(request), timeout)
+        except _CancelledMeanwhile:
+            return  # the loop ends the task as cancelled
         except TimeoutError:
             if replan_left is not None and (remaining is None or replan_left <= remaining):
                 detail = (
@@ -482,7 +511,9 @@ class Driver:
         remaining = self.remaining_s()
         timeout = self._bound(own, remaining)
         try:
-            raw = await asyncio.wait_for(verify(request), timeout)
+            raw = await self._call(verify(request), timeout)
+        except _CancelledMeanwhile:
+            return None  # the loop ends the task as cancelled
         except TimeoutError:
             if remaining is not None and (own is None or remaining < own):
                 return None
@@ -541,6 +572,10 @@ class Driver:
                 )
             )
         await self.write(events)
+
+
+class _CancelledMeanwhile(Exception):  # noqa: N818 - a private signal, not an error users see
+    """A cancel arrived while a planner or verifier call was in flight."""
 
 
 class _PlannerFailed:
