@@ -38,7 +38,6 @@ import gc
 import hashlib
 import io
 import itertools
-import platform
 import pstats
 import sqlite3
 import statistics
@@ -48,10 +47,10 @@ import time
 import timeit
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pev
+from _report import machine_line, write_section
 from pev import codec
 from pev.ledger import LedgerEntry, apply, seal, summarize
 from pev.model import TaskId
@@ -300,25 +299,13 @@ def _table(figures: dict[str, _Figures]) -> str:
 
 
 def _write(path: Path, table: str) -> None:
-    start, end = "<!-- engine:begin -->", "<!-- engine:end -->"
-    block = (
-        f"{start}\n"
-        f"Measured {datetime.now(UTC):%Y-%m-%d} on {platform.machine()}, "
-        f"{platform.python_implementation()} {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}; medians of {ROUNDS} rounds ({MEMORY_RUNS} in-memory "
-        f"runs, {RAW_RUNS} raw asyncio runs, 1 SQLite run and its floor per case and round). "
-        "Command: `make bench` (`python bench/bench_engine.py --write docs/benchmarks.md`).\n\n"
-        f"{table}\n{end}"
+    body = (
+        f"{machine_line()}; medians of {ROUNDS} rounds ({MEMORY_RUNS} in-memory runs, "
+        f"{RAW_RUNS} raw asyncio runs, 1 SQLite run and its floor per case and round). "
+        "Command: `make bench` (`python bench/bench_engine.py --write docs/benchmarks.md`)."
+        f"\n\n{table}"
     )
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if start in text and end in text:
-        before, rest = text.split(start, 1)
-        after = rest.split(end, 1)[1]
-        text = before + block + after
-    else:
-        heading = "## Engine: overhead per node\n\n"
-        text = (text.rstrip() + "\n\n" if text else "# Benchmarks\n\n") + heading + block + "\n"
-    path.write_text(text, encoding="utf-8")
+    write_section(path, "engine", body, heading="## Engine: overhead per node")
 
 
 # -- profile --------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import platform
 import sqlite3
 import statistics
 import sys
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from _report import machine_line, write_section
 from pev import codec
 from pev.kernel import Budget, Diagnosis, RootCause, decide
 from pev.ledger import CaptureFailed, Ledger, RevisionKind, RevisionStarted, seal
@@ -177,24 +177,11 @@ def _table(decide_us: float, pev_s: float, raw_s: float) -> str:
 
 
 def _write(path: Path, table: str) -> None:
-    start, end = "<!-- foundation:begin -->", "<!-- foundation:end -->"
-    block = (
-        f"{start}\n"
-        f"Measured {datetime.now(UTC):%Y-%m-%d} on {platform.machine()}, "
-        f"{platform.python_implementation()} {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}; medians of {ROUNDS} rounds "
-        f"({DECIDE_CALLS} `decide` calls, {APPENDS} appends per round). "
-        "Command: `make bench`.\n\n"
-        f"{table}\n{end}"
+    body = (
+        f"{machine_line()}; medians of {ROUNDS} rounds ({DECIDE_CALLS} `decide` calls, "
+        f"{APPENDS} appends per round). Command: `make bench`.\n\n{table}"
     )
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if start in text and end in text:
-        before, rest = text.split(start, 1)
-        after = rest.split(end, 1)[1]
-        text = before + block + after
-    else:
-        text = (text.rstrip() + "\n\n" if text else "# Benchmarks\n\n") + block + "\n"
-    path.write_text(text, encoding="utf-8")
+    write_section(path, "foundation", body)
 
 
 def main(argv: list[str] | None = None) -> int:

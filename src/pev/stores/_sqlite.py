@@ -103,6 +103,25 @@ _UPSERT_TASK = (
     "event_count = excluded.event_count, head_hash = excluded.head_hash, "
     "replan_deadline = excluded.replan_deadline"
 )
+_SELECT_HEAD = (
+    "SELECT event_count, head_hash, phase, status, reason, title, replan_deadline "
+    "FROM pev_tasks WHERE task_id = ?"
+)
+_UPDATE_HEAD = (
+    "UPDATE pev_tasks SET updated_at = ?, event_count = ?, head_hash = ? WHERE task_id = ?"
+)
+
+
+def _listed(task_row: tuple[object, ...]) -> tuple[object, ...]:
+    """The index row's columns that list and filter tasks: phase, status, reason, title, wait."""
+    return (task_row[1], task_row[2], task_row[3], task_row[4], task_row[9])
+
+
+def _head_of(task_row: tuple[object, ...]) -> tuple[object, ...]:
+    """The index row's columns that every append moves: updated_at, event_count, head_hash."""
+    return (task_row[6], task_row[7], task_row[8])
+
+
 _SUMMARY_COLUMNS = (
     "task_id, phase, status, reason, title, created_at, updated_at, event_count, head_hash, "
     "replan_deadline"
@@ -292,13 +311,16 @@ class SQLiteStore:
             raise _Busy from exc
         try:
             task_id = entries[0].task_id if entries else ""
-            head = conn.execute(
-                "SELECT event_count, head_hash FROM pev_tasks WHERE task_id = ?", (task_id,)
-            ).fetchone()
+            head = conn.execute(_SELECT_HEAD, (task_id,)).fetchone()
             head_seq, head_hash = (int(head[0]), str(head[1])) if head else (0, GENESIS_HASH)
             check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
             conn.executemany(_INSERT_EVENT, rows)
-            conn.execute(_UPSERT_TASK, task_row)
+            if head is not None and tuple(head[2:]) == _listed(task_row):
+                # Most appends change only the head: updating just those columns leaves the
+                # row's indexes alone, which keeps the commit as small as the event itself.
+                conn.execute(_UPDATE_HEAD, (*_head_of(task_row), task_id))
+            else:
+                conn.execute(_UPSERT_TASK, task_row)
             conn.execute("COMMIT")
         except sqlite3.IntegrityError as exc:
             conn.execute("ROLLBACK")

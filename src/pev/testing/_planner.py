@@ -7,7 +7,7 @@ from typing import TypeAlias
 
 from pev.engine._protocols import PlanRequest
 from pev.model import Plan
-from pev.testing._script import Script, is_exception, raise_if_exception, settle
+from pev.testing._script import Scripted, is_exception, raise_if_exception, settle
 
 __all__ = ["PlannerStep", "ScriptedPlanner"]
 
@@ -21,7 +21,7 @@ PlannerStep: TypeAlias = (
 """One scripted planner answer: a plan, ``None`` (decline), an exception, or a function."""
 
 
-class ScriptedPlanner:
+class ScriptedPlanner(Scripted[PlannerStep, PlanRequest]):
     """A planner that answers each call with the next scripted step.
 
     Each step is one of:
@@ -53,25 +53,7 @@ class ScriptedPlanner:
                     f"ScriptedPlanner step {index} is a {type(step).__name__}; a step is a Plan, "
                     "None, an exception, or a function of the PlanRequest"
                 )
-        self._script: Script[PlannerStep] = Script(
-            "ScriptedPlanner", steps, repeat_last=repeat_last
-        )
-        self._requests: list[PlanRequest] = []
-
-    @property
-    def requests(self) -> tuple[PlanRequest, ...]:
-        """Every request received, in call order."""
-        return tuple(self._requests)
-
-    @property
-    def calls(self) -> int:
-        """How many times :meth:`plan` was called."""
-        return len(self._requests)
-
-    @property
-    def remaining(self) -> int:
-        """Scripted steps not used yet."""
-        return self._script.remaining
+        super().__init__("ScriptedPlanner", steps, repeat_last=repeat_last)
 
     async def plan(self, request: PlanRequest) -> Plan | None:
         """Record ``request`` and answer with the next step.
@@ -80,8 +62,7 @@ class ScriptedPlanner:
             LookupError: The steps ran out (the test needs another step).
             BaseException: The step is an exception, or the step's function raised.
         """
-        self._requests.append(request)
-        step = self._script.next()
+        step = self._take(request)
         if step is None or isinstance(step, Plan):
             return step
         raise_if_exception(step)

@@ -6,10 +6,11 @@ import inspect
 from collections.abc import Awaitable, Sequence
 from typing import Generic, TypeVar, cast
 
-__all__ = ["Script", "is_exception", "raise_if_exception", "settle"]
+__all__ = ["Script", "Scripted", "is_exception", "raise_if_exception", "settle"]
 
 S = TypeVar("S")
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Script(Generic[S]):
@@ -54,6 +55,34 @@ class Script(Generic[S]):
             f"{self._owner} ran out of steps after {len(self._steps)} calls; add a step"
             " (or pass repeat_last=True)"
         )
+
+
+class Scripted(Generic[S, R]):
+    """What the scripted doubles share: their steps, and the requests they were called with."""
+
+    def __init__(self, owner: str, steps: Sequence[S], *, repeat_last: bool) -> None:
+        self._script: Script[S] = Script(owner, steps, repeat_last=repeat_last)
+        self._requests: list[R] = []
+
+    @property
+    def requests(self) -> tuple[R, ...]:
+        """Every request received, in call order."""
+        return tuple(self._requests)
+
+    @property
+    def calls(self) -> int:
+        """How many times the double was called."""
+        return len(self._requests)
+
+    @property
+    def remaining(self) -> int:
+        """Scripted steps not used yet."""
+        return self._script.remaining
+
+    def _take(self, request: R) -> S:
+        """Record ``request`` and hand out the next step."""
+        self._requests.append(request)
+        return self._script.next()
 
 
 def is_exception(step: object) -> bool:

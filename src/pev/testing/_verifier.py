@@ -7,12 +7,12 @@ from typing import Any
 
 from pev.engine._protocols import VerifyRequest
 from pev.model import Verdict
-from pev.testing._script import Script, raise_if_exception, settle
+from pev.testing._script import Scripted, raise_if_exception, settle
 
 __all__ = ["ScriptedVerifier"]
 
 
-class ScriptedVerifier:
+class ScriptedVerifier(Scripted[object, VerifyRequest]):
     """A verifier that answers each call with the next scripted step.
 
     Each step is one of:
@@ -37,8 +37,7 @@ class ScriptedVerifier:
     """
 
     def __init__(self, *steps: object, repeat_last: bool = False) -> None:
-        self._script: Script[object] = Script("ScriptedVerifier", steps, repeat_last=repeat_last)
-        self._requests: list[VerifyRequest] = []
+        super().__init__("ScriptedVerifier", steps, repeat_last=repeat_last)
 
     @classmethod
     def passing(cls) -> ScriptedVerifier:
@@ -60,21 +59,6 @@ class ScriptedVerifier:
             repeat_last=True,
         )
 
-    @property
-    def requests(self) -> tuple[VerifyRequest, ...]:
-        """Every request received, in call order."""
-        return tuple(self._requests)
-
-    @property
-    def calls(self) -> int:
-        """How many times :meth:`verify` was called."""
-        return len(self._requests)
-
-    @property
-    def remaining(self) -> int:
-        """Scripted steps not used yet."""
-        return self._script.remaining
-
     # Typed Any, not Verdict: a scripted malformed answer is returned as it is, on purpose.
     async def verify(self, request: VerifyRequest) -> Any:
         """Record ``request`` and answer with the next step (usually a :class:`Verdict`).
@@ -83,8 +67,7 @@ class ScriptedVerifier:
             LookupError: The steps ran out (the test needs another step).
             BaseException: The step is an exception, or the step's function raised.
         """
-        self._requests.append(request)
-        step = self._script.next()
+        step = self._take(request)
         raise_if_exception(step)
         if callable(step):
             return await settle(step(request))

@@ -1,0 +1,34 @@
+"""Writing a benchmark's figures into its marked section of docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import platform
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+def machine_line() -> str:
+    """Date, machine, Python and SQLite: the context every figure needs."""
+    return (
+        f"Measured {datetime.now(UTC):%Y-%m-%d} on {platform.machine()}, "
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}"
+    )
+
+
+def write_section(path: Path, marker: str, body: str, *, heading: str = "") -> None:
+    """Replace the text between ``<!-- marker:begin -->`` and ``<!-- marker:end -->``.
+
+    A file without the markers gets the section appended (under ``heading`` when given).
+    """
+    start, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
+    block = f"{start}\n{body}\n{end}"
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        text = before + block + rest.split(end, 1)[1]
+    else:
+        prefix = text.rstrip() + "\n\n" if text else "# Benchmarks\n\n"
+        text = prefix + (f"{heading}\n\n" if heading else "") + block + "\n"
+    path.write_text(text, encoding="utf-8")
