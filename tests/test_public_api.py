@@ -187,6 +187,7 @@ PUBLIC = {
         "check_batch",
         "dispatch",
         "entry_hash",
+        "event_text",
         "executed_ok",
         "expire",
         "finish",

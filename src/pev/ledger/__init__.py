@@ -10,6 +10,7 @@ from pev.ledger._chain import (
     GENESIS_HASH,
     ChainReport,
     entry_hash,
+    event_text,
     seal,
     verify_chain,
 )
@@ -119,6 +120,7 @@ __all__ = [
     "check_batch",
     "dispatch",
     "entry_hash",
+    "event_text",
     "executed_ok",
     "expire",
     "finish",

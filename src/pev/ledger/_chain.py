@@ -12,10 +12,33 @@ from pev.errors import PevError
 from pev.ledger._events import SCHEMA_VERSION, Event, LedgerEntry
 from pev.model import TaskId, canonical_json
 
-__all__ = ["GENESIS_HASH", "ChainReport", "entry_hash", "seal", "verify_chain"]
+__all__ = ["GENESIS_HASH", "ChainReport", "entry_hash", "event_text", "seal", "verify_chain"]
 
 GENESIS_HASH = "0" * 64
 """The ``prev_hash`` of a task's first event."""
+
+
+_RECENT_TEXTS = 512
+_recent: dict[int, tuple[object, str]] = {}
+
+
+def event_text(event: object) -> str:
+    """The canonical JSON text of an event, as hashed into the chain and kept by stores.
+
+    The text of an event just sealed is remembered for a short while, so the store that writes
+    it does not encode it a second time. Events are frozen, and one that encodes at all holds
+    only frozen values, so a remembered text never goes stale; the cache holds the event itself,
+    so an id is never reused while its entry lives.
+    """
+    key = id(event)
+    hit = _recent.get(key)
+    if hit is not None and hit[0] is event:
+        return hit[1]
+    text = codec.dumps(event)
+    if len(_recent) >= _RECENT_TEXTS:
+        _recent.clear()
+    _recent[key] = (event, text)
+    return text
 
 
 def entry_hash(
@@ -27,7 +50,7 @@ def entry_hash(
     exactly the text the stores keep.
     """
     header = canonical_json([task_id, seq, codec.encode(at), schema, prev_hash])
-    text = f"{header}\n{codec.dumps(event)}"
+    text = f"{header}\n{event_text(event)}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -43,6 +43,7 @@ from pev.ledger import (
     TaskPhase,
     TaskSummary,
     check_batch,
+    event_text,
 )
 from pev.model import TaskId
 
@@ -130,7 +131,8 @@ _SUMMARY_COLUMNS = (
 
 def _time_key(value: datetime) -> str:
     """Fixed-width UTC text, so that times sort as strings."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
+    return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def _parse_time(text: str) -> datetime:
@@ -277,7 +279,7 @@ class SQLiteStore:
                 codec.dumps(entry.at),
                 entry.schema,
                 entry.event.kind,
-                codec.dumps(entry.event),
+                event_text(entry.event),
                 entry.prev_hash,
                 entry.hash,
             )
@@ -314,7 +316,10 @@ class SQLiteStore:
             head = conn.execute(_SELECT_HEAD, (task_id,)).fetchone()
             head_seq, head_hash = (int(head[0]), str(head[1])) if head else (0, GENESIS_HASH)
             check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
-            conn.executemany(_INSERT_EVENT, rows)
+            if len(rows) == 1:
+                conn.execute(_INSERT_EVENT, rows[0])
+            else:
+                conn.executemany(_INSERT_EVENT, rows)
             if head is not None and tuple(head[2:]) == _listed(task_row):
                 # Most appends change only the head: updating just those columns leaves the
                 # row's indexes alone, which keeps the commit as small as the event itself.
