@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
@@ -423,9 +422,12 @@ class Driver:
             returned = await asyncio.wait_for(observe(phase, context), self.remaining_s())
             observations = list(returned) if isinstance(returned, list | tuple) else [returned]
             now = self._clock()
+            first = len(state.evidence) + 1
             events: list[Event] = [
-                EvidenceCaptured(evidence=_evidence(item, phase, revision.number, now))
-                for item in observations
+                EvidenceCaptured(
+                    evidence=_evidence(item, phase, revision.number, now, first + offset)
+                )
+                for offset, item in enumerate(observations)
             ]
         except AssertionError:
             raise
@@ -614,13 +616,16 @@ def _as_result_or_none(value: object) -> NodeResult | None:
     return None
 
 
-def _evidence(item: object, phase: EvidencePhase, revision: int, now: datetime) -> Evidence:
+def _evidence(
+    item: object, phase: EvidencePhase, revision: int, now: datetime, number: int
+) -> Evidence:
     if isinstance(item, Evidence):
         return item
     if not isinstance(item, Observation):
         raise TypeError(f"the observer returned a {type(item).__name__}, not an Observation")
+    # Numbered in capture order, so a seeded run writes the same ids every time.
     return Evidence(
-        id=EvidenceId(uuid.uuid4().hex),
+        id=EvidenceId(f"{revision}-{phase}-{number}"),
         phase=phase,
         kind=item.kind,
         source=item.source,
