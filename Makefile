@@ -2,14 +2,13 @@
 # Both create .venv on first use; nothing needs installing by hand but Python 3.11+ and make.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-empty  :=
-space  := $(empty) $(empty)
-comma  := ,
 VENV   := .venv
 BIN    := $(VENV)/bin
-# Every extra that exists so far; `make test` installs them all.
-EXTRAS := dev
-STAMP  := $(VENV)/.installed-$(subst $(space),-,$(EXTRAS))
+# `make test` installs every extra; `make demo` only what the demo needs.
+TEST_EXTRAS := dev,sim
+DEMO_EXTRAS := sim
+TEST_STAMP  := $(VENV)/.installed-test
+DEMO_STAMP  := $(VENV)/.installed-demo
 
 .PHONY: demo test lint typecheck pytest bench clean help
 
@@ -21,27 +20,30 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e ".[$(subst $(space),$(comma),$(EXTRAS))]"
-	rm -f $(VENV)/.installed-*
+$(TEST_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[$(TEST_EXTRAS)]"
+	touch $@ $(DEMO_STAMP)
+
+$(DEMO_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[$(DEMO_EXTRAS)]"
 	touch $@
 
-demo: $(STAMP)  ## Run the embedded demo (written to the default ledger; PEV_DB overrides).
+demo: $(DEMO_STAMP)  ## Run the embedded demo (written to the default ledger; PEV_DB overrides).
 	$(BIN)/pev demo
 
-test: $(STAMP) lint typecheck pytest  ## ruff, mypy --strict and the whole pytest suite.
+test: $(TEST_STAMP) lint typecheck pytest  ## ruff, mypy --strict and the whole pytest suite.
 
-lint: $(STAMP)
-	$(BIN)/ruff format --check src tests bench
-	$(BIN)/ruff check src tests bench
+lint: $(TEST_STAMP)
+	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples
 
-typecheck: $(STAMP)
+typecheck: $(TEST_STAMP)
 	$(BIN)/mypy --strict src
 
-pytest: $(STAMP)
+pytest: $(TEST_STAMP)
 	$(BIN)/pytest --cov --cov-report=term --cov-report=xml -p no:cacheprovider
 
-bench: $(STAMP)  ## Kernel, ledger and engine benchmarks; writes the figures to docs/benchmarks.md.
+bench: $(TEST_STAMP)  ## Kernel, ledger and engine benchmarks; writes the figures to docs/benchmarks.md.
 	$(BIN)/python bench/bench_foundation.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_engine.py --write docs/benchmarks.md
 
