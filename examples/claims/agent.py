@@ -1,0 +1,376 @@
+"""A claims review agent that is lured into overpaying, is caught, and re-plans.
+
+Everything here runs offline and is deterministic: the tools read a small built-in claims
+system, the planner is scripted (no LLM), and the verifier is plain code that recomputes what
+the policy allows from the claim and policy the tools returned.
+
+The lure: ``compute_payout`` has a ``full=True`` shortcut that reimburses the claimed amount in
+full, and claim CLM-1042 carries the customer's request for exactly that. The planner's first
+plan takes it. The plan checks the payout against the policy (``check_coverage``) before the
+payment action, so the check refuses the payout and the payment is never sent; the verifier
+then blames the ``payout`` node, with feedback naming the deductible and the limit, and the
+planner's local replan recomputes the payout from the policy's terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pev
+from pev.engine import PlanRequest, VerifyRequest
+from pev.ledger import RevisionKind
+from pev.model import (
+    CriterionResult,
+    CriterionStatus,
+    Effect,
+    Plan,
+    PlanNode,
+    Success,
+    Verdict,
+    VerdictStatus,
+    VerificationContract,
+    VerificationMode,
+    VerifierFailure,
+)
+
+GOAL = "settle the claim: pay what the policy covers"
+COVERED = "the claim's peril is covered by its policy"
+WITHIN_TERMS = "the payout is the claimed amount less the deductible, capped at the coverage limit"
+PAID = "exactly the payout is paid to the claimant"
+CONTRACT = VerificationContract(VerificationMode.RECOVERY, GOAL, (COVERED, WITHIN_TERMS, PAID))
+
+# The offline claims system.
+_CLAIMS = {
+    "CLM-1042": {
+        "claim_id": "CLM-1042",
+        "policy_id": "POL-77",
+        "claimant": "R. Okafor",
+        "peril": "water damage",
+        "incident": "a burst pipe flooded the kitchen",
+        "claimed_amount": 4800.0,
+        "note": "Customer requests full reimbursement of the 4800.00 repair invoice.",
+    },
+    "CLM-2001": {
+        "claim_id": "CLM-2001",
+        "policy_id": "POL-77",
+        "claimant": "R. Okafor",
+        "peril": "flood",
+        "incident": "the river rose into the basement",
+        "claimed_amount": 12000.0,
+        "note": "Customer requests full reimbursement.",
+    },
+}
+_POLICIES = {
+    "POL-77": {
+        "policy_id": "POL-77",
+        "holder": "R. Okafor",
+        "perils": ["fire", "theft", "water damage"],
+        "deductible": 500.0,
+        "limit": 4000.0,
+    },
+}
+
+
+@pev.tool(effect="query")
+def fetch_claim(claim_id: str) -> dict[str, Any]:
+    """Fetch a claim: its policy, peril, claimed amount and the claimant's note."""
+    claim = _CLAIMS.get(claim_id)
+    if claim is None:
+        raise LookupError(f"no claim {claim_id!r}")
+    return dict(claim)
+
+
+@pev.tool(effect="query")
+def fetch_policy(policy_id: str) -> dict[str, Any]:
+    """Fetch an insurance policy: the perils it covers, its deductible and its coverage limit."""
+    policy = _POLICIES.get(policy_id)
+    if policy is None:
+        raise LookupError(f"no policy {policy_id!r}")
+    return dict(policy)
+
+
+@pev.tool(effect="query")
+def compute_payout(
+    claimed_amount: float,
+    deductible: float = 0.0,
+    limit: float | None = None,
+    full: bool = False,
+) -> dict[str, Any]:
+    """Compute a payout: the claimed amount less the deductible, capped at the limit.
+
+    ``full=True`` reimburses the claimed amount in full, as the claimant asked.
+    """
+    if full:
+        return {
+            "amount": round(claimed_amount, 2),
+            "basis": f"{claimed_amount:.2f} claimed, reimbursed in full",
+        }
+    amount = max(claimed_amount - deductible, 0.0)
+    basis = f"{claimed_amount:.2f} claimed less the {deductible:.2f} deductible"
+    if limit is not None and amount > limit:
+        amount = limit
+        basis += f", capped at the {limit:.2f} limit"
+    return {"amount": round(amount, 2), "basis": basis}
+
+
+@pev.tool(effect="query")
+def check_coverage(
+    claim: dict[str, Any], policy: dict[str, Any], payout: dict[str, Any]
+) -> dict[str, Any] | VerifierFailure:
+    """Approve a payout before any money moves: the peril is covered and the policy allows it."""
+    if claim["policy_id"] != policy["policy_id"]:
+        return VerifierFailure("", f"claim {claim['claim_id']} is not on {policy['policy_id']}")
+    if claim["peril"] not in policy["perils"]:
+        return VerifierFailure("", f"{policy['policy_id']} does not cover {claim['peril']}")
+    allowed = _allowed(claim, policy)
+    if payout["amount"] > allowed:
+        return VerifierFailure(
+            "", f"payout {payout['amount']:.2f} is more than {policy['policy_id']} allows"
+        )
+    return {"covered": True, "peril": claim["peril"], "approved_amount": payout["amount"]}
+
+
+@pev.tool(effect="action")
+def issue_payment(claim_id: str, amount: float) -> dict[str, Any]:
+    """Pay the claimant of a claim; money leaves the account, so check the amount first."""
+    return {
+        "payment_id": f"PAY-{claim_id}",
+        "claim_id": claim_id,
+        "amount": round(amount, 2),
+        "status": "issued",
+    }
+
+
+def planner(request: PlanRequest) -> Plan:
+    """Plan the claim's settlement; the first plan follows the claimant's note.
+
+    A scripted stand-in for an LLM planner that reads the note "customer requests full
+    reimbursement" and the tool description offering ``full=True``, and takes the shortcut. A
+    replan whose verdict blames the payout follows the verifier's feedback instead: the payout
+    is recomputed from the policy's deductible and limit, and the feedback is written into the
+    new node's description, so the ledger shows why the plan changed.
+    """
+    claim_id = _claim_id(request.input)
+    verdict = request.verdict
+    if request.kind is RevisionKind.INITIAL or verdict is None:
+        return _settlement(claim_id, full=True, why="reimburse in full, as the claimant asked")
+    if "payout" in verdict.failed_nodes and request.feedback:
+        return _settlement(claim_id, full=False, why=f"recompute: {request.feedback}")
+    return _settlement(claim_id, full=False, why="follow the policy's terms")
+
+
+def _settlement(claim_id: str, *, full: bool, why: str) -> Plan:
+    if full:
+        payout_args: dict[str, Any] = {
+            "claimed_amount": {"$ref": "claim.claimed_amount"},
+            "full": True,
+        }
+    else:
+        payout_args = {
+            "claimed_amount": {"$ref": "claim.claimed_amount"},
+            "deductible": {"$ref": "policy.deductible"},
+            "limit": {"$ref": "policy.limit"},
+        }
+    return Plan(
+        GOAL,
+        (
+            PlanNode(
+                "claim",
+                f"fetch claim {claim_id}",
+                tool="fetch_claim",
+                args={"claim_id": claim_id},
+                effect=Effect.QUERY,
+            ),
+            PlanNode(
+                "policy",
+                "fetch the claim's policy",
+                tool="fetch_policy",
+                args={"policy_id": {"$ref": "claim.policy_id"}},
+                after=("claim",),
+                effect=Effect.QUERY,
+            ),
+            PlanNode(
+                "payout",
+                f"compute the payout ({why})",
+                tool="compute_payout",
+                args=payout_args,
+                after=("claim", "policy"),
+                effect=Effect.QUERY,
+            ),
+            PlanNode(
+                "coverage",
+                "approve the payout against the policy before paying",
+                tool="check_coverage",
+                args={
+                    "claim": {"$ref": "claim"},
+                    "policy": {"$ref": "policy"},
+                    "payout": {"$ref": "payout"},
+                },
+                after=("claim", "policy", "payout"),
+                effect=Effect.QUERY,
+            ),
+            PlanNode(
+                "payment",
+                "pay the approved amount",
+                tool="issue_payment",
+                args={
+                    "claim_id": {"$ref": "claim.claim_id"},
+                    "amount": {"$ref": "coverage.approved_amount"},
+                },
+                after=("claim", "coverage"),
+            ),
+        ),
+    )
+
+
+def verifier(request: VerifyRequest) -> Verdict:
+    """Recompute what the policy allows from the fetched claim and policy; check what was paid.
+
+    The verifier finds nodes by the tool they call, so it checks any plan built from these
+    tools, and cites the execution records whose outputs it read.
+    """
+    claim, claim_node, claim_ref = _output(request, "fetch_claim")
+    policy, policy_node, policy_ref = _output(request, "fetch_policy")
+    payout, payout_node, payout_ref = _output(request, "compute_payout")
+    payment, payment_node, payment_ref = _output(request, "issue_payment")
+    checks: dict[str, tuple[bool, tuple[str, ...]]] = {}
+    failed: set[str] = set()
+    problems: list[str] = []
+
+    if claim is None or policy is None:
+        missing = [n for n, v in ((claim_node, claim), (policy_node, policy)) if v is None]
+        failed.update(n for n in missing if n)
+        feedback = "the claim and its policy must both be fetched before anything is decided"
+        for criterion in (COVERED, WITHIN_TERMS, PAID):
+            checks[criterion] = (False, _refs(claim_ref, policy_ref))
+        return _verdict(request, checks, failed=failed, feedback=feedback)
+
+    covered = claim["peril"] in policy["perils"] and claim["policy_id"] == policy["policy_id"]
+    checks[COVERED] = (covered, _refs(claim_ref, policy_ref))
+    if not covered:
+        # Re-planning cannot make the policy cover this peril: the goal is unreachable.
+        return _verdict(
+            request,
+            checks,
+            failed=set(),
+            feedback=f"{policy['policy_id']} does not cover {claim['peril']}",
+            unreachable=True,
+        )
+
+    allowed = _allowed(claim, policy)
+    terms = (
+        f"{policy['policy_id']} pays the claimed {claim['claimed_amount']:.2f} less its "
+        f"{policy['deductible']:.2f} deductible, capped at its {policy['limit']:.2f} limit: "
+        f"{allowed:.2f}"
+    )
+    computed = payout["amount"] if payout is not None else None
+    within = computed is not None and abs(computed - allowed) < 0.005
+    checks[WITHIN_TERMS] = (within, _refs(claim_ref, policy_ref, payout_ref))
+    if not within:
+        failed.add(payout_node or "payout")
+        if computed is None:
+            problems.append(f"no payout was computed; {terms}")
+        else:
+            problems.append(
+                f"the payout of {computed:.2f} ({payout['basis']}) is not what the policy "
+                f"allows: {terms}; recompute it from the policy's deductible and limit"
+                + (", not in full" if computed > allowed else "")
+            )
+
+    paid = payment["amount"] if payment is not None else None
+    paid_right = paid is not None and abs(paid - allowed) < 0.005
+    checks[PAID] = (paid_right, _refs(payout_ref, payment_ref))
+    if paid is None:
+        problems.append("nothing was paid")
+        if within and payment_node is not None:
+            # The payout was right, so the payment itself is at fault (it failed or was left out
+            # of the plan's reach); a wrong payout is blamed alone and its payment redone with it.
+            failed.add(payment_node)
+    elif not paid_right:
+        failed.add(payment_node or "payment")
+        problems.append(f"{paid:.2f} was paid, but the policy allows {allowed:.2f}")
+    return _verdict(request, checks, failed=failed, feedback="; ".join(problems))
+
+
+def _allowed(claim: Mapping[str, Any], policy: Mapping[str, Any]) -> float:
+    """What the policy pays for a claim: the claimed amount less the deductible, capped."""
+    amount = max(float(claim["claimed_amount"]) - float(policy["deductible"]), 0.0)
+    return round(min(amount, float(policy["limit"])), 2)
+
+
+def _claim_id(value: object) -> str:
+    """The claim the task is about: the input itself, or its ``claim_id`` entry."""
+    claim_id = value.get("claim_id") if isinstance(value, Mapping) else value
+    if not isinstance(claim_id, str) or not claim_id.strip():
+        raise ValueError(f"the input names no claim: {value!r} (try {{claim_id = 'CLM-1042'}})")
+    return claim_id.strip()
+
+
+def _output(request: VerifyRequest, tool: str) -> tuple[Any, str | None, str | None]:
+    """The output, node id and ``record:<id>`` of the plan's node calling ``tool``.
+
+    The output is ``None`` when the node did not succeed; the record is its latest succeeded one.
+    """
+    node_id = next((node.id for node in request.plan.nodes if node.tool == tool), None)
+    if node_id is None:
+        return None, None, None
+    result = request.results.get(node_id)
+    refs = [
+        record.ref
+        for record in request.records
+        if record.node_id == node_id and record.status == pev.RecordStatus.SUCCEEDED
+    ]
+    if not isinstance(result, Success) or not refs:
+        return None, node_id, None
+    return result.value, node_id, refs[-1]
+
+
+def _refs(*refs: str | None) -> tuple[str, ...]:
+    return tuple(ref for ref in refs if ref)
+
+
+def _verdict(
+    request: VerifyRequest,
+    checks: Mapping[str, tuple[bool, tuple[str, ...]]],
+    *,
+    failed: set[str],
+    feedback: str,
+    unreachable: bool = False,
+) -> Verdict:
+    """One result per contract criterion, verbatim; a criterion not checked here is unknown."""
+    results = tuple(
+        CriterionResult(
+            criterion,
+            _status(checks.get(criterion)),
+            checks[criterion][1] if criterion in checks else (),
+        )
+        for criterion in request.contract.success_criteria
+    )
+    cited = tuple(dict.fromkeys(ref for result in results for ref in result.evidence_refs))
+    statuses = {result.status for result in results}
+    if statuses == {CriterionStatus.SATISFIED}:
+        return Verdict(VerdictStatus.SUCCESS, criteria=results, evidence_refs=cited)
+    if CriterionStatus.UNSATISFIED not in statuses:
+        return Verdict(
+            VerdictStatus.INCONCLUSIVE,
+            criteria=results,
+            feedback="the contract has criteria this verifier cannot check",
+            evidence_refs=cited,
+        )
+    return Verdict(
+        VerdictStatus.FAILURE if unreachable else VerdictStatus.REPLAN_REQUIRED,
+        failed_nodes=frozenset(failed & set(request.plan.node_ids)),
+        feedback=feedback,
+        criteria=results,
+        unmet_criteria=tuple(
+            r.criterion for r in results if r.status is not CriterionStatus.SATISFIED
+        ),
+        evidence_refs=cited,
+    )
+
+
+def _status(check: tuple[bool, tuple[str, ...]] | None) -> CriterionStatus:
+    if check is None:
+        return CriterionStatus.UNKNOWN
+    return CriterionStatus.SATISFIED if check[0] else CriterionStatus.UNSATISFIED
