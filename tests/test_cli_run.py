@@ -1,0 +1,433 @@
+"""`pev run`, `pev resume`, `pev cancel`: task files, progress, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import sqlite3
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+import pev
+from pev.cli import cli
+from pev.cli._progress import ConsoleRail
+from pev.cli._taskfile import TaskFileError, load_task_file
+from pev.ledger import Ledger
+from pev.stores import SQLiteStore
+from pev.testing import FunctionExecutor, ScriptedPlanner
+
+AGENT = """
+import pev
+from pev.model import Plan, PlanNode, Verdict
+
+
+@pev.tool(effect="query")
+def forecast(city: str) -> dict:
+    return {"city": city, "sky": "sunny"}
+
+
+@pev.tool
+def publish(text: str) -> str:
+    return f"published: {text}"
+
+
+@pev.tool(name="publish")
+def broken_publish(text: str) -> str:
+    raise RuntimeError("the newsroom is offline")
+
+
+def planner(request):
+    return Plan(
+        "the Lisbon forecast",
+        (
+            PlanNode("look", "get the forecast", tool="forecast", args={"city": "Lisbon"}),
+            PlanNode("post", "publish it", tool="publish", args={"text": "sunny"}, after=("look",)),
+        ),
+    )
+
+
+class Planner:
+    def plan(self, request):
+        return planner(request)
+
+
+class NeedsArguments:
+    def __init__(self, model):
+        self.model = model
+
+
+def verifier(request):
+    return Verdict.passed(request.contract)
+
+
+def blame_post(request):
+    return Verdict.failed(request.contract, failed_nodes=["post"], feedback="not published")
+
+
+NUMBER = 7
+"""
+
+CONTRACT = """
+[contract]
+mode = "recovery"
+goal = "publish the Lisbon forecast"
+success_criteria = ["the forecast is published"]
+"""
+
+COMPONENTS = """
+[components]
+planner = "agent:planner"
+tools = ["agent:forecast", "agent:publish"]
+verifier = "agent:verifier"
+"""
+
+PASSING = f'input = "weather in Lisbon"\n{CONTRACT}\n[policy]\nmax_replans = 1\n{COMPONENTS}'
+PARTIAL = f"""input = {{ city = "Lisbon" }}
+{CONTRACT}
+[components]
+planner = "agent:Planner"
+tools = ["agent:forecast", "agent:broken_publish"]
+verifier = "agent:blame_post"
+"""
+FAILED = """input = ["weather", "Lisbon"]
+[components]
+planner = "agent:planner"
+tools = ["agent:forecast", "agent:broken_publish"]
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder holding agent.py, the current directory; imports of it are forgotten after."""
+    (tmp_path / "agent.py").write_text(AGENT, encoding="utf-8")
+    (tmp_path / "broken.py").write_text("raise RuntimeError('no API key')\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in ("agent", "broken"):
+        sys.modules.pop(name, None)
+    yield tmp_path
+    for name in ("agent", "broken"):
+        sys.modules.pop(name, None)
+
+
+def _task_file(folder: Path, text: str, name: str = "task.toml") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def _pev(folder: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["--db", str(folder / "ledger.db"), *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.exit_code, result.output
+
+
+def _task_ids(folder: Path) -> list[str]:
+    with sqlite3.connect(folder / "ledger.db") as conn:
+        return [row[0] for row in conn.execute("SELECT task_id FROM pev_tasks")]
+
+
+def _event_count(folder: Path, task_id: str) -> int:
+    with sqlite3.connect(folder / "ledger.db") as conn:
+        query = "SELECT COUNT(*) FROM pev_events WHERE task_id = ?"
+        count: int = conn.execute(query, (task_id,)).fetchone()[0]
+        return count
+
+
+def test_passing_run_prints_progress_timeline_and_result(workdir: Path) -> None:
+    """A passing task exits 0 after its progress lines, its timeline and the result line."""
+    path = _task_file(workdir, PASSING)
+    code, out = _pev(workdir, "run", str(path))
+    assert code == 0
+    (task_id,) = _task_ids(workdir)
+    for line in (
+        f"task {task_id} started, verification recovery",
+        "revision 1 (initial): initial plan  [2 nodes]",
+        "▶ look (forecast)",
+        "✓ look succeeded",
+        "✓ post succeeded",
+        "verdict: success  1/1 criteria met",
+        "decision: finish succeeded/passed",
+        "finished: succeeded/passed",
+        "result: succeeded/passed",  # the timeline's ending
+    ):
+        assert line in out
+    assert out.rstrip().splitlines()[-1] == f"task {task_id}: succeeded/passed"
+
+
+def test_partial_run_exits_3(workdir: Path) -> None:
+    """A device failure the verifier blames is accepted as partial: exit 3."""
+    code, out = _pev(workdir, "run", str(_task_file(workdir, PARTIAL)))
+    assert code == 3
+    assert "✗ post failed: RuntimeError: the newsroom is offline" in out
+    assert "diagnosis: device_failure" in out
+    assert out.rstrip().endswith("partial/device_failure  device failure on post")
+
+
+def test_failed_run_exits_1(workdir: Path) -> None:
+    """Without a verifier a failed node fails the task: exit 1."""
+    code, out = _pev(workdir, "run", str(_task_file(workdir, FAILED)))
+    assert code == 1
+    assert "failed/execution_failed" in out.rstrip().splitlines()[-1]
+
+
+def test_quiet_prints_only_the_result_line(workdir: Path) -> None:
+    """--quiet prints one line: the task id and how it ended."""
+    code, out = _pev(
+        workdir, "run", "--quiet", "--task-id", "t-1", str(_task_file(workdir, PASSING))
+    )
+    assert code == 0
+    assert out.splitlines() == ["task t-1: succeeded/passed"]
+
+
+def test_components_are_imported_from_the_task_files_folder(
+    workdir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """agent:planner is imported from the task file's folder first, whatever the current one."""
+    project = tmp_path_factory.mktemp("project")
+    (project / "agent.py").write_text(AGENT, encoding="utf-8")
+    code, _ = _pev(workdir, "run", "-q", str(_task_file(project, PASSING)))
+    assert code == 0
+    assert Path(sys.modules["agent"].__file__ or "").parent == project
+    assert str(project) not in sys.path
+
+
+# Pieces of small task files, for the table of bad ones.
+X = "input = 'x'\n"
+TABLE = "[components]\n"
+C = f"{X}{TABLE}"
+PLANNER = "planner = 'agent:planner'\n"
+TOOL = "tools = ['agent:forecast']\n"
+MINI_CONTRACT = "[contract]\ngoal = 'g'\n"
+
+BAD_FILES = [
+    pytest.param("input = 'x'\ninput = 'y'\n", "line 2", id="toml-syntax"),
+    pytest.param(f"{X}contrat = 1\n{COMPONENTS}", "contrat", id="unknown-top-key"),
+    pytest.param(
+        f"{X}[policy]\nmax_replan = 1\n{COMPONENTS}", "policy.max_replan", id="unknown-key"
+    ),
+    pytest.param(
+        f"{X}{MINI_CONTRACT}success_criteria = 'done'\n{COMPONENTS}",
+        "contract.success_criteria",
+        id="criteria-not-a-list",
+    ),
+    pytest.param(
+        f"{X}{MINI_CONTRACT}success_criteria = ['done', 3]\n{COMPONENTS}",
+        "contract.success_criteria",
+        id="criteria-not-strings",
+    ),
+    pytest.param(
+        f"{X}{MINI_CONTRACT}mode = 'recover'\nsuccess_criteria = ['c']\n{COMPONENTS}",
+        "contract.mode",
+        id="bad-mode",
+    ),
+    pytest.param(
+        f"{X}{MINI_CONTRACT}success_criteria = []\n{COMPONENTS}",
+        "contract.success_criteria",
+        id="contract-error",
+    ),
+    pytest.param(
+        f"{X}{CONTRACT}[policy]\nmax_replans = -1\n{COMPONENTS}",
+        "policy.max_replans",
+        id="policy-invalid",
+    ),
+    pytest.param(
+        f"{X}[policy]\nnode_timeout_s = 'soon'\n{COMPONENTS}",
+        "policy.node_timeout_s",
+        id="policy-wrong-type",
+    ),
+    pytest.param(f"{CONTRACT}{COMPONENTS}", "input", id="input-missing"),
+    pytest.param(f"input = 2024-05-01\n{COMPONENTS}", "input", id="input-date"),
+    pytest.param(f"{X}contract = 'recovery'\n{COMPONENTS}", "contract", id="contract-not-a-table"),
+    pytest.param(f"{X}", "components", id="components-missing"),
+    pytest.param(f"{C}{TOOL}", "components.planner", id="planner-missing"),
+    pytest.param(f"{C}planner = 'agent.planner'\n{TOOL}", "components.planner", id="no-colon"),
+    pytest.param(f"{C}planner = 'agnet:planner'\n{TOOL}", "components.planner", id="no-module"),
+    pytest.param(f"{C}planner = 'broken:planner'\n{TOOL}", "components.planner", id="import-fails"),
+    pytest.param(f"{C}planner = 'agent:plannr'\n{TOOL}", "components.planner", id="no-attribute"),
+    pytest.param(
+        f"{C}planner = 'agent:NeedsArguments'\n{TOOL}", "components.planner", id="class-needs-args"
+    ),
+    pytest.param(f"{C}planner = 'agent:NUMBER'\n{TOOL}", "components.planner", id="not-callable"),
+    pytest.param(
+        f"{C}{PLANNER}tools = 'agent:forecast'\n", "components.tools", id="tools-not-list"
+    ),
+    pytest.param(
+        f"{C}{PLANNER}tools = ['agent:NUMBER']\n", "components.tools", id="tool-not-callable"
+    ),
+    pytest.param(
+        f"{C}{PLANNER}{TOOL}executor = 'agent:Planner'\n", "components", id="tools-and-executor"
+    ),
+    pytest.param(f"{C}{PLANNER}", "components", id="neither-tools-nor-executor"),
+    pytest.param(
+        f"{C}{PLANNER}{TOOL}verifer = 'agent:verifier'\n", "components.verifer", id="unknown-role"
+    ),
+    pytest.param(f"{X}{CONTRACT}{TABLE}{PLANNER}{TOOL}", "components.verifier", id="no-verifier"),
+    pytest.param(
+        f"{X}{CONTRACT}required_evidence = ['state']\n{COMPONENTS}",
+        "components.observer",
+        id="evidence-without-observer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "field"), BAD_FILES)
+def test_bad_task_file_is_one_line_naming_the_field(workdir: Path, text: str, field: str) -> None:
+    """Every problem of a task file exits 2 with one line naming the field; no traceback."""
+    path = _task_file(workdir, text)
+    code, out = _pev(workdir, "run", str(path))
+    assert code == 2
+    assert len(out.strip().splitlines()) == 1, out
+    assert out.startswith(f"pev: {path}: {field}: ")
+    assert "Traceback" not in out
+    assert not (workdir / "ledger.db").exists()
+
+
+def test_suggests_the_closest_valid_name(workdir: Path) -> None:
+    """A misspelt key or attribute gets the closest valid name as the fix."""
+    with pytest.raises(TaskFileError, match="did you mean 'max_replans'"):
+        load_task_file(_task_file(workdir, f"input = 'x'\n[policy]\nmax_replan = 1\n{COMPONENTS}"))
+    with pytest.raises(TaskFileError, match="did you mean 'planner'") as caught:
+        load_task_file(
+            _task_file(
+                workdir,
+                "input = 'x'\n[components]\nplanner = 'agent:plannr'\ntools = ['agent:forecast']\n",
+            )
+        )
+    assert caught.value.field == "components.planner"
+
+
+def test_missing_task_file_is_one_line(workdir: Path) -> None:
+    """A task file that does not exist is a one-line error naming it (exit 2)."""
+    code, out = _pev(workdir, "run", "nowhere.toml")
+    assert code == 2
+    assert out.splitlines() == ["pev: nowhere.toml: no such file; check the path"]
+
+
+def test_existing_task_id_is_refused(workdir: Path) -> None:
+    """--task-id naming a task that exists is a one-line usage error; nothing is written."""
+    path = _task_file(workdir, PASSING)
+    assert _pev(workdir, "run", "-q", "--task-id", "t-1", str(path))[0] == 0
+    code, out = _pev(workdir, "run", "-q", "--task-id", "t-1", str(path))
+    assert code == 2
+    assert out.startswith("pev: --task-id: ")
+    assert _task_ids(workdir) == ["t-1"]
+
+
+def test_task_file_parses_into_a_frozen_value(workdir: Path) -> None:
+    """The task file becomes a frozen TaskFile with its components imported."""
+    spec = load_task_file(_task_file(workdir, PARTIAL))
+    assert spec.input == {"city": "Lisbon"}
+    assert spec.contract is not None
+    assert spec.contract.success_criteria == ("the forecast is published",)
+    assert spec.policy == pev.RecoveryPolicy()
+    assert spec.tools is not None
+    assert len(spec.tools) == 2
+    assert spec.executor is None
+    assert spec.observer is None
+    assert dict(spec.components) == {
+        "planner": "agent:Planner",
+        "verifier": "agent:blame_post",
+        "tools": "agent:forecast,agent:broken_publish",
+    }
+    with pytest.raises(AttributeError):
+        spec.input = "x"  # type: ignore[misc]
+
+
+def test_resume_of_a_finished_task_exits_with_its_status(workdir: Path) -> None:
+    """Resuming a task that ended changes nothing and exits with its status code."""
+    assert (
+        _pev(workdir, "run", "-q", "--task-id", "partial-1", str(_task_file(workdir, PARTIAL)))[0]
+        == 3
+    )
+    events = _event_count(workdir, "partial-1")
+    code, out = _pev(workdir, "resume", "partial")
+    assert code == 3
+    assert "revision 1 (initial)" in out
+    assert out.rstrip().splitlines()[-1].startswith("task partial-1: partial/device_failure")
+    assert _event_count(workdir, "partial-1") == events
+
+
+def test_cancel_of_a_finished_task_leaves_it_unchanged(workdir: Path) -> None:
+    """Cancelling a task that ended reports its ending and writes nothing (exit 0)."""
+    _pev(workdir, "run", "-q", "--task-id", "done-1", str(_task_file(workdir, PASSING)))
+    events = _event_count(workdir, "done-1")
+    code, out = _pev(workdir, "cancel", "done", "--reason", "too late")
+    assert code == 0
+    assert out.splitlines() == [
+        "task done-1: succeeded/passed; it had already ended, left unchanged"
+    ]
+    assert _event_count(workdir, "done-1") == events
+
+
+def _create(folder: Path, task_id: str, components: dict[str, str]) -> None:
+    """A task left in the ledger without a driver, as a crash would leave it."""
+
+    async def create() -> None:
+        store = SQLiteStore(folder / "ledger.db")
+        try:
+            await Ledger(store).create("weather in Lisbon", components=components, task_id=task_id)
+        finally:
+            await store.close()
+
+    asyncio.run(create())
+
+
+def test_cancel_then_resume_ends_the_task_cancelled(workdir: Path) -> None:
+    """A cancel written to a task nobody drives takes effect when it is resumed: exit 4."""
+    _create(
+        workdir, "idle-1", {"planner": "agent:planner", "tools": "agent:forecast,agent:publish"}
+    )
+    code, out = _pev(workdir, "cancel", "idle-1", "--reason", "changed my mind")
+    assert code == 0
+    assert "cancel requested" in out
+    code, out = _pev(workdir, "resume", "idle-1")
+    assert code == 4
+    assert out.rstrip().splitlines()[-1].startswith("task idle-1: cancelled/cancelled")
+
+
+def test_resume_runs_a_task_left_unfinished(workdir: Path) -> None:
+    """A task left before planning is resumed with components rebuilt from their paths."""
+    _create(
+        workdir, "idle-2", {"planner": "agent:planner", "tools": "agent:forecast,agent:publish"}
+    )
+    code, out = _pev(workdir, "resume", "idle-2")
+    assert code == 0
+    assert "✓ post succeeded" in out
+    assert out.rstrip().splitlines()[-1] == "task idle-2: succeeded/execution_succeeded"
+
+
+def test_resume_without_a_rebuildable_component_is_one_line(workdir: Path) -> None:
+    """A component that cannot be rebuilt is a one-line error naming the role (exit 2)."""
+    _create(workdir, "idle-3", {"planner": "nowhere:planner", "tools": "agent:forecast"})
+    code, out = _pev(workdir, "resume", "idle-3")
+    assert code == 2
+    assert len(out.strip().splitlines()) == 1, out
+    assert out.startswith("pev: task idle-3: the planner cannot be rebuilt")
+    assert "resume it from Python with the planner passed" in out
+    assert "planner=..." in out
+
+
+def test_console_rail_cannot_break_the_run() -> None:
+    """A console that cannot be written to changes nothing: rails never raise into the run."""
+
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError("the terminal went away")
+
+    rail = ConsoleRail(Console(file=Broken()))
+    plan = pev.Plan("g", (pev.PlanNode("a", "do a", tool="a"),))
+    result = pev.run_sync(
+        "x",
+        planner=ScriptedPlanner(plan),
+        executor=FunctionExecutor({"a": lambda: 1}),
+        rails=[rail],
+    )
+    assert result.ok
+    assert rail.printed == 0
