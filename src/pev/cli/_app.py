@@ -10,17 +10,28 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import click
 import platformdirs
 from rich.console import Console
+from rich.text import Text
 
-from pev.cli._render import chain_report, task_table, timeline
-from pev.cli._tour import SCENARIOS, run_scenario
-from pev.errors import PevError, SchemaVersionError, UnknownTaskError
+from pev import engine
+from pev.cli._demo import DEMO_FAULTS, run_demos
+from pev.cli._progress import ConsoleRail, result_line
+from pev.cli._render import STATUS_STYLE, chain_report, task_table, timeline
+from pev.cli._taskfile import TaskFileError, load_task_file
+from pev.engine import RunResult
+from pev.errors import (
+    ComponentError,
+    ContractError,
+    PevError,
+    SchemaVersionError,
+    UnknownTaskError,
+)
 from pev.kernel import TaskStatus
-from pev.ledger import TERMINAL_PHASES, ChainReport, Ledger, TaskPhase, TaskState
+from pev.ledger import TERMINAL_PHASES, ChainReport, Ledger, TaskPhase, TaskState, new_task_id
 from pev.stores import SQLiteStore
 
 __all__ = ["EXIT_CODES", "default_db", "main"]
@@ -79,34 +90,38 @@ def cli(ctx: click.Context, db: Path | None) -> None:
 
 @cli.command()
 @click.option(
-    "--scenario",
-    "names",
+    "--fault",
+    "faults",
     multiple=True,
-    type=click.Choice([scenario.name for scenario in SCENARIOS]),
-    help="Run only this scenario (repeatable). [default: all]",
+    type=click.Choice(DEMO_FAULTS),
+    help="Run the task with this fault injected (repeatable). [default: every fault, in order]",
+)
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Where the cubes start; the same seed gives the same ledger, apart from times and ids.",
 )
 @click.pass_obj
-def demo(db: Path, names: Sequence[str]) -> None:
-    """Run the tour of the kernel's paths through the engine: slip, knock, timeout, camera.
+def demo(db: Path, faults: Sequence[str], seed: int) -> None:
+    """Run the simulator demo: a Panda arm puts three cubes in a tray, one task per fault.
 
-    Each scenario is written to the ledger; inspect one with `pev show TASK`.
+    Each task (no fault, slip, knock, timeout, dead-joint, camera) takes its own path through
+    diagnosis and recovery, and is written to the ledger; inspect one with `pev show TASK`.
+    Needs the sim extra: pip install 'pev-agent[sim]'. Exits 1 if a task strays from its
+    documented path.
     """
     console = Console()
-    chosen = [s for s in SCENARIOS if not names or s.name in names]
-
-    async def tour(ledger: Ledger) -> bool:
-        all_expected = True
-        for scenario in chosen:
-            console.rule(f"[bold]{scenario.name}[/]: {scenario.story}")
-            result = await run_scenario(scenario, store=ledger.store)
-            console.print(timeline(await ledger.state(result.task_id)))
-            report = await ledger.verify(result.task_id)
-            console.print(chain_report(report))
-            all_expected &= report.ok and result.status is scenario.expected
-        return all_expected
-
-    ok = _run(db, tour)
-    console.rule()
+    chosen = list(faults) or list(DEMO_FAULTS)
+    images = db.parent / "demo-images"
+    try:
+        ok = _run(
+            db,
+            lambda ledger: run_demos(ledger, chosen, seed=seed, console=console, images=images),
+        )
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from exc
     console.print(f"ledger: {db}")
     console.print("list the tasks with `pev tasks`, and show one with `pev show TASK`.")
     if not ok:
@@ -202,6 +217,157 @@ def verify(db: Path, task_ids: Sequence[str]) -> None:
     console.print(f"{len(reports)} task(s) checked, {bad} failed verification")
     if bad:
         raise click.exceptions.Exit(1)
+
+
+def _fail(message: str, *, code: int = 2) -> NoReturn:
+    """Print a one-line error (``pev: <message>``) and exit with ``code`` (2: usage error)."""
+    click.echo(f"pev: {' '.join(message.split())}", err=True)
+    raise click.exceptions.Exit(code)
+
+
+def _interruptible(task_id: str, work: Callable[[], T]) -> T:
+    """Run ``work``; on Ctrl-C, say how to continue or stop the task left behind (exit 130)."""
+    try:
+        return work()
+    except KeyboardInterrupt:
+        _fail(
+            f"interrupted; task {task_id} stays in the ledger as it was: `pev resume {task_id}` "
+            f"continues it, `pev cancel {task_id}` stops it",
+            code=130,
+        )
+
+
+def _ended(console: Console, state: TaskState, *, progress: ConsoleRail | None) -> NoReturn:
+    """Print how a task ended (its timeline unless quiet, then one result line); exit with it."""
+    result = RunResult.from_state(state)
+    if progress is not None:
+        if progress.printed:
+            console.print()
+        console.print(timeline(state))
+    console.print(result_line(result), soft_wrap=True)
+    raise click.exceptions.Exit(EXIT_CODES[result.status])
+
+
+@cli.command("run")
+@click.argument("task_file", metavar="TASKFILE", type=click.Path(path_type=Path))
+@click.option("--task-id", help="The new task's id. [default: a fresh UUID]")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the result line.")
+@click.pass_obj
+def run_command(db: Path, task_file: Path, task_id: str | None, quiet: bool) -> None:
+    """Run a task file; exit with the task's status.
+
+    TASKFILE describes one task in TOML (see docs/cli.md). Prints each phase of the loop as it
+    happens, then the task's timeline and a result line. Exit codes: 0 succeeded, 1 failed,
+    2 a bad task file, 3 partial, 4 cancelled.
+    """
+    try:
+        spec = load_task_file(task_file)
+    except TaskFileError as exc:
+        _fail(str(exc))
+    console = Console()
+    progress = None if quiet else ConsoleRail(console)
+    rails = (progress,) if progress is not None else ()
+    new_id = task_id or new_task_id()
+
+    async def drive(ledger: Ledger) -> TaskState:
+        if await ledger.store.summary(new_id) is not None:
+            _fail(f"--task-id: a task with id {new_id!r} exists already; choose another id")
+        try:
+            result = await engine.run(
+                spec.input,
+                planner=spec.planner,
+                tools=spec.tools,
+                executor=spec.executor,
+                verifier=spec.verifier,
+                observer=spec.observer,
+                contract=spec.contract,
+                policy=spec.policy,
+                store=ledger.store,
+                rails=rails,
+                task_id=new_id,
+            )
+        except (ComponentError, ContractError) as exc:
+            field = (
+                f"components.{exc.role}"
+                if isinstance(exc, ComponentError)
+                else f"contract.{exc.field}"
+            )
+            _fail(str(TaskFileError(field, str(exc), path=task_file)))
+        return await ledger.state(result.task_id)
+
+    _ended(console, _interruptible(new_id, lambda: _run(db, drive)), progress=progress)
+
+
+@cli.command("resume")
+@click.argument("task_id", metavar="TASK")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the result line.")
+@click.pass_obj
+def resume_command(db: Path, task_id: str, quiet: bool) -> None:
+    """Continue a task after a crash; exit with its status.
+
+    TASK is a task id or a unique prefix of one. Its components are rebuilt from the import
+    paths recorded when it was created: run this where their modules import (the current
+    folder is on the Python path). A task that has ended is shown as it is.
+    """
+    here = str(Path.cwd())
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    console = Console()
+    progress = None if quiet else ConsoleRail(console)
+    rails = (progress,) if progress is not None else ()
+
+    async def drive(ledger: Ledger) -> TaskState:
+        full_id = await _resolve(ledger, task_id)
+        try:
+            result = await engine.resume(full_id, store=ledger.store, rails=rails)
+        except ComponentError as exc:
+            # The engine's message says what failed and ends "pass planner=...", which only
+            # Python can do: say so, with the call to make.
+            _fail(
+                f"task {full_id}: the {exc.role} cannot be rebuilt ({exc}); "
+                f"`pev resume` cannot pass one: resume it from Python with the {exc.role} "
+                f"passed, `await pev.resume({full_id!r}, store=..., {exc.role}=...)`"
+            )
+        return await ledger.state(result.task_id)
+
+    _ended(console, _interruptible(task_id, lambda: _run(db, drive)), progress=progress)
+
+
+@cli.command("cancel")
+@click.argument("task_id", metavar="TASK")
+@click.option("--reason", default="", help="Why; written to the ledger.")
+@click.pass_obj
+def cancel_command(db: Path, task_id: str, reason: str) -> None:
+    """Ask a task to stop (an ended one is left unchanged).
+
+    TASK is a task id or a unique prefix of one. The process driving the task stops
+    dispatching and ends it cancelled. A task nobody drives ends when `pev resume TASK` picks
+    it up, or at once if it was waiting for a replan.
+    """
+
+    async def request(ledger: Ledger) -> tuple[TaskState, TaskState]:
+        full_id = await _resolve(ledger, task_id)
+        before = await ledger.state(full_id)
+        return before, await engine.cancel(full_id, store=ledger.store, reason=reason)
+
+    before, after = _run(db, request)
+    Console().print(_cancel_report(before, after), soft_wrap=True)
+
+
+def _cancel_report(before: TaskState, after: TaskState) -> Text:
+    line = Text.assemble(("task ", "bold"), (after.task_id, "bold cyan"), ": ")
+    if after.finished is not None:
+        ending = f"{after.finished.status}/{after.finished.reason}"
+        line.append(ending, style=STATUS_STYLE[after.finished.status])
+        line.append("; it had already ended, left unchanged" if before.terminal else "")
+    elif before.cancel_requested:
+        line.append(f"{after.phase}; a cancel was requested already")
+    else:
+        line.append(
+            f"{after.phase}; cancel requested: the process driving it stops it, and if none "
+            "is, `pev resume` ends it"
+        )
+    return line
 
 
 def main(argv: Sequence[str] | None = None) -> None:
