@@ -246,3 +246,13 @@ def test_ambiguous_prefix_is_a_usage_error(db: Path) -> None:
     result = CliRunner().invoke(cli, ["--db", str(db), "show", ""])
     assert result.exit_code == 2
     assert "ambiguous" in result.output
+
+
+@pytest.mark.parametrize("command", ["show", "resume", "cancel"])
+def test_unknown_task_is_one_line_exit_2(db: Path, command: str) -> None:
+    """An unknown task id is a one-line error with exit code 2, for every command taking one."""
+    result = CliRunner().invoke(cli, ["--db", str(db), command, "no-such-task"])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1
+    assert "no task with id 'no-such-task'" in lines[0]

@@ -49,6 +49,12 @@ EXIT_CODES = {
 _PHASE_CHOICES = [*sorted(str(phase) for phase in TaskPhase), "active"]
 
 
+class BadArgument(click.ClickException):
+    """A bad argument (an unknown task, a database of another version): one line, exit 2."""
+
+    exit_code = 2
+
+
 def default_db() -> Path:
     """The default ledger: ``ledger.db`` in the user's data directory for pev."""
     return platformdirs.user_data_path("pev", appauthor=False) / "ledger.db"
@@ -67,7 +73,7 @@ def _run(db: Path, work: Callable[[Ledger], Awaitable[T]]) -> T:
     try:
         return asyncio.run(session())
     except (UnknownTaskError, SchemaVersionError) as exc:
-        raise click.UsageError(str(exc)) from exc
+        raise BadArgument(str(exc)) from exc
     except PevError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -167,7 +173,7 @@ async def _resolve(ledger: Ledger, task_id: str) -> str:
         offset += len(page)
     if len(matches) > 1:
         shown = ", ".join(sorted(matches)[:5])
-        raise click.UsageError(f"task id prefix {task_id!r} is ambiguous ({shown}); type more")
+        raise BadArgument(f"task id prefix {task_id!r} is ambiguous ({shown}); type more")
     if not matches:
         raise UnknownTaskError(task_id)
     return matches[0]
