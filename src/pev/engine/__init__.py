@@ -20,7 +20,8 @@ from pev.engine._protocols import (
     current_node_context,
 )
 from pev.engine._result import RunResult
-from pev.engine._tools import Tool, ToolExecutor, ToolRegistry, tool
+from pev.engine._tool_executor import ToolExecutor
+from pev.engine._tools import Tool, ToolRegistry, tool
 
 __all__ = [
     "DEFAULT_CRITERION",

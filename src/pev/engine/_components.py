@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pev.engine._protocols import adapt
-from pev.engine._tools import Tool, ToolExecutor, ToolRegistry
+from pev.engine._tool_executor import ToolExecutor
+from pev.engine._tools import Tool, ToolRegistry
 from pev.errors import ComponentError, ContractError
 from pev.model import ToolSpec, VerificationContract, VerificationMode
 from pev.policy import RecoveryPolicy

@@ -1,0 +1,274 @@
+"""The executor that runs tools (SPEC §6): timeouts, shared resources, and failures as values.
+
+:class:`ToolExecutor` runs one node with the tool it names. It applies the timeout (the tool's,
+else the policy's, never past the node's deadline), keeps tools that share a resource apart, and
+turns everything a tool can do wrong into a :class:`~pev.model.DeviceFailure`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import inspect
+import threading
+import weakref
+from collections.abc import (
+    Iterable,
+    Mapping,
+)
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pev.engine._protocols import _NODE_CONTEXT, _THREADS, NodeContext
+from pev.engine._tools import Tool, ToolLike, ToolRegistry, check_timeout
+from pev.model import (
+    DeviceFailure,
+    Effect,
+    JsonValue,
+    NodeResult,
+    PlanNode,
+    Success,
+    VerifierFailure,
+    thaw_json,
+)
+
+__all__ = ["ToolExecutor"]
+
+
+class ToolExecutor:
+    """Runs a node with the registered tool it names (the :class:`Executor` for ``tools=``).
+
+    A tool's exception, a timeout and a value JSON cannot hold become a
+    :class:`~pev.model.DeviceFailure`; a :class:`~pev.model.NodeResult` the tool returns is
+    passed through, and any other value ``v`` is ``Success(v)``. Arrays and objects reach the
+    function as plain lists and dicts (copies: the plan's args stay frozen).
+
+    A sync tool runs in pev's bounded thread pool with the caller's context variables, so
+    :func:`~pev.engine.current_node_context` works there too. Python cannot stop a thread: a
+    sync tool that times out keeps running in it, and keeps its resource until it returns.
+    """
+
+    __slots__ = ("_node_timeout_s", "_registry")
+
+    def __init__(
+        self,
+        registry: ToolRegistry | ToolLike | Iterable[ToolLike] | Mapping[str, ToolLike],
+        *,
+        node_timeout_s: float | None = None,
+    ) -> None:
+        """Run the tools of ``registry``.
+
+        Args:
+            registry: The tools (anything :meth:`ToolRegistry.of` accepts).
+            node_timeout_s: The timeout of a tool that declares none; ``None``: no timeout.
+
+        Raises:
+            ValueError: ``node_timeout_s`` is not a positive number of seconds.
+        """
+        check_timeout(node_timeout_s, "node_timeout_s")
+        self._registry = ToolRegistry.of(registry)
+        self._node_timeout_s = node_timeout_s
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tools this executor runs."""
+        return self._registry
+
+    @property
+    def node_timeout_s(self) -> float | None:
+        """The timeout of a tool that declares none."""
+        return self._node_timeout_s
+
+    async def execute(self, node: PlanNode, context: NodeContext) -> NodeResult:
+        """Call the node's tool with its (already resolved) args and return the result.
+
+        The timeout is the tool's ``timeout_s``, else ``node_timeout_s``, and never later than
+        ``context.deadline``; waiting for the tool's resource counts against it. A timeout is
+        ``DeviceFailure(is_timeout=True)``, with ``outcome_unknown=True`` when an action had
+        started. Exceptions that are not ``Exception`` (cancellation, ``KeyboardInterrupt``)
+        propagate.
+        """
+        found = self._registry.get(node.tool) if isinstance(node.tool, str) else None
+        if found is None:
+            registered = ", ".join(sorted(self._registry)) or "none"
+            named = (
+                "no tool" if node.tool is None else f"tool {node.tool!r}, which is not registered"
+            )
+            return DeviceFailure(
+                node.id, f"node {node.id!r} names {named} (registered: {registered})"
+            )
+        if context.cancelled.is_set():
+            return DeviceFailure(node.id, f"tool {found.name!r} was cancelled before it started")
+        loop = asyncio.get_running_loop()
+        limit = self._limit(found, context.deadline, loop.time())
+        if limit is not None and limit.seconds <= 0:
+            return DeviceFailure(
+                node.id,
+                f"tool {found.name!r} was not started: {limit.source} had already passed",
+                is_timeout=True,
+            )
+        call = _Call(found, node.args, context.cancelled)
+        scope = asyncio.timeout_at(None if limit is None else limit.deadline)
+        token = _NODE_CONTEXT.set(context)
+        try:
+            async with scope:
+                value = await call.run()
+        except TimeoutError as exc:
+            if limit is None or not scope.expired():  # the tool's own TimeoutError
+                return DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
+            is_action = Effect.ACTION in (node.effect, found.effect)
+            return _timed_out(node.id, call, limit, is_action=is_action)
+        except _CancelledBeforeStart:
+            return DeviceFailure(node.id, f"tool {found.name!r} was cancelled before it started")
+        except Exception as exc:  # noqa: BLE001 - every tool failure is a value (SPEC §6)
+            return DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
+        finally:
+            _NODE_CONTEXT.reset(token)
+        return _node_result(node.id, found.name, value)
+
+    def _limit(self, chosen: Tool[..., Any], deadline: float | None, now: float) -> _Limit | None:
+        limit: _Limit | None = None
+        if chosen.timeout_s is not None:
+            limit = _Limit(
+                now + chosen.timeout_s, chosen.timeout_s, f"its timeout_s of {chosen.timeout_s:g} s"
+            )
+        elif self._node_timeout_s is not None:
+            limit = _Limit(
+                now + self._node_timeout_s,
+                self._node_timeout_s,
+                f"node_timeout_s of {self._node_timeout_s:g} s",
+            )
+        if deadline is not None and (limit is None or deadline < limit.deadline):
+            limit = _Limit(deadline, deadline - now, "the node's deadline")
+        return limit
+
+
+@dataclass(frozen=True, slots=True)
+class _Limit:
+    deadline: float
+    seconds: float
+    source: str
+
+
+class _CancelledBeforeStart(Exception):  # noqa: N818 - a private signal, not an error
+    """The task was cancelled while the call waited for its resource."""
+
+
+class _Call:
+    """One call of a tool; it holds the tool's resource until the tool's code has stopped."""
+
+    __slots__ = ("acquired", "cancelled", "kwargs", "started", "tool")
+
+    def __init__(
+        self, chosen: Tool[..., Any], args: Mapping[str, JsonValue], cancelled: asyncio.Event
+    ) -> None:
+        self.tool = chosen
+        self.kwargs = {name: thaw_json(value) for name, value in args.items()}
+        self.cancelled = cancelled
+        self.acquired = False
+        self.started = False
+
+    async def run(self) -> object:
+        lock = None if self.tool.resource is None else _resource_lock(self.tool.resource)
+        if lock is None:
+            return await self._invoke(None)
+        await lock.acquire()
+        self.acquired = True
+        release = True
+        try:
+            if self.cancelled.is_set():
+                raise _CancelledBeforeStart
+            handover: list[concurrent.futures.Future[Any]] = []
+            try:
+                return await self._invoke(handover)
+            finally:
+                # A sync tool still running in its thread keeps the resource until it returns.
+                if handover and not handover[0].done():
+                    release = False
+                    _release_when_done(handover[0], lock, asyncio.get_running_loop())
+        finally:
+            if release:
+                lock.release()
+
+    async def _invoke(self, handover: list[concurrent.futures.Future[Any]] | None) -> object:
+        if self.tool.is_async:
+            self.started = True
+            return await self.tool.fn(**self.kwargs)
+        call = functools.partial(contextvars.copy_context().run, self.tool.fn, **self.kwargs)
+        future = _THREADS.submit(call)
+        if handover is not None:
+            handover.append(future)
+        try:
+            result = await asyncio.wrap_future(future)
+        finally:
+            # A call still queued for a thread can be withdrawn, and then it never started.
+            self.started = not future.cancel()
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+
+def _timed_out(node_id: str, call: _Call, limit: _Limit, *, is_action: bool) -> DeviceFailure:
+    after = f"tool {call.tool.name!r} timed out after {limit.seconds:.3g} s ({limit.source})"
+    if not call.started:
+        waiting = (
+            f"waiting for resource {call.tool.resource!r}"
+            if call.tool.resource is not None and not call.acquired
+            else "waiting for a free thread"
+        )
+        return DeviceFailure(node_id, f"{after} {waiting}; it never started", is_timeout=True)
+    note = ""
+    if not call.tool.is_async:
+        note = "; its thread keeps running (Python cannot stop a thread)"
+    if is_action:
+        note += "; the action may or may not have taken effect"
+    return DeviceFailure(node_id, after + note, is_timeout=True, outcome_unknown=is_action)
+
+
+def _node_result(node_id: str, name: str, value: object) -> NodeResult:
+    if isinstance(value, Success):
+        return value
+    if isinstance(value, DeviceFailure | VerifierFailure):
+        # A tool does not know its node's id: the executor stamps it.
+        return value if value.node_id == node_id else replace(value, node_id=node_id)
+    try:
+        return Success(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        return DeviceFailure(node_id, f"tool {name!r} returned a non-JSON value ({exc})")
+
+
+# One lock per (event loop, resource): asyncio locks belong to one loop, and every executor on
+# that loop must see the same lock for a resource to be exclusive. A loop type that refuses weak
+# references is held strongly instead (a few bytes per loop for the life of the process).
+_RESOURCE_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+_RESOURCE_LOCKS_STRONG: dict[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = {}
+_RESOURCE_LOCKS_GUARD = threading.Lock()
+
+
+def _resource_lock(resource: str) -> asyncio.Lock:
+    loop = asyncio.get_running_loop()
+    with _RESOURCE_LOCKS_GUARD:
+        try:
+            locks = _RESOURCE_LOCKS.setdefault(loop, {})
+        except TypeError:
+            locks = _RESOURCE_LOCKS_STRONG.setdefault(loop, {})
+        lock = locks.get(resource)
+        if lock is None:
+            lock = locks[resource] = asyncio.Lock()
+        return lock
+
+
+def _release_when_done(
+    future: concurrent.futures.Future[Any], lock: asyncio.Lock, loop: asyncio.AbstractEventLoop
+) -> None:
+    def release(_: concurrent.futures.Future[Any]) -> None:
+        # A closed loop raises RuntimeError: then nobody is left waiting for the resource.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(lock.release)
+
+    future.add_done_callback(release)
