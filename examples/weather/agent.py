@@ -14,15 +14,11 @@ from typing import Any
 import pev
 from pev.engine import PlanRequest, VerifyRequest
 from pev.model import (
-    CriterionResult,
-    CriterionStatus,
     DeviceFailure,
     Effect,
     Plan,
     PlanNode,
-    Success,
     Verdict,
-    VerdictStatus,
     VerificationContract,
     VerificationMode,
     VerifierFailure,
@@ -167,18 +163,11 @@ def _output(request: VerifyRequest, tool: str) -> tuple[Any, str | None, str | N
 
     The output is ``None`` when the node did not succeed; the record is its latest succeeded one.
     """
-    node_id = next((node.id for node in request.plan.nodes if node.tool == tool), None)
-    if node_id is None:
+    node = request.node_calling(tool)
+    if node is None:
         return None, None, None
-    result = request.results.get(node_id)
-    refs = [
-        record.ref
-        for record in request.records
-        if record.node_id == node_id and record.status == pev.RecordStatus.SUCCEEDED
-    ]
-    if not isinstance(result, Success) or not refs:
-        return None, node_id, None
-    return result.value, node_id, refs[-1]
+    ref = request.record_ref(node.id)
+    return (request.output(node.id) if ref else None), node.id, ref
 
 
 def _refs(*refs: str | None) -> tuple[str, ...]:
@@ -193,38 +182,9 @@ def _verdict(
     feedback: str,
 ) -> Verdict:
     """One result per contract criterion, verbatim; a criterion not checked here is unknown."""
-    results = tuple(
-        CriterionResult(
-            criterion,
-            _status(checks.get(criterion)),
-            checks[criterion][1] if criterion in checks else (),
-        )
-        for criterion in request.contract.success_criteria
-    )
-    cited = tuple(dict.fromkeys(ref for result in results for ref in result.evidence_refs))
-    statuses = {result.status for result in results}
-    if statuses == {CriterionStatus.SATISFIED}:
-        return Verdict(VerdictStatus.SUCCESS, criteria=results, evidence_refs=cited)
-    if CriterionStatus.UNSATISFIED not in statuses:
-        return Verdict(
-            VerdictStatus.INCONCLUSIVE,
-            criteria=results,
-            feedback="the contract has criteria this verifier cannot check",
-            evidence_refs=cited,
-        )
-    return Verdict(
-        VerdictStatus.REPLAN_REQUIRED,
-        failed_nodes=frozenset(failed & set(request.plan.node_ids)),
+    return Verdict.from_checks(
+        request.contract,
+        checks,
+        failed_nodes=failed & set(request.plan.node_ids),
         feedback=feedback,
-        criteria=results,
-        unmet_criteria=tuple(
-            r.criterion for r in results if r.status is not CriterionStatus.SATISFIED
-        ),
-        evidence_refs=cited,
     )
-
-
-def _status(check: tuple[bool, tuple[str, ...]] | None) -> CriterionStatus:
-    if check is None:
-        return CriterionStatus.UNKNOWN
-    return CriterionStatus.SATISFIED if check[0] else CriterionStatus.UNSATISFIED

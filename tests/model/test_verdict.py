@@ -161,3 +161,37 @@ def test_passes(status: VerdictStatus, reliability: Reliability | None, expected
 def test_no_verdict_never_passes() -> None:
     """passes(None, ok) is False."""
     assert passes(None, Reliability.OK) is False
+
+
+def test_from_checks_all_satisfied_is_success_citing_the_evidence() -> None:
+    """Every criterion checked true: success, one satisfied result each, refs gathered once."""
+    contract = VerificationContract("recovery", "g", ["a", "b"])
+    verdict = Verdict.from_checks(contract, {"a": (True, ["record:1:x"]), "b": True})
+    assert verdict.status is VerdictStatus.SUCCESS
+    assert [r.status for r in verdict.criteria] == [CriterionStatus.SATISFIED] * 2
+    assert verdict.evidence_refs == ("record:1:x",)
+
+
+def test_from_checks_unsatisfied_blames_nodes_and_lists_unmet() -> None:
+    """A false check: replan_required blaming the nodes, with the unmet criteria listed."""
+    contract = VerificationContract("recovery", "g", ["a", "b"])
+    verdict = Verdict.from_checks(contract, {"a": True, "b": False}, failed_nodes=["n2"])
+    assert verdict.status is VerdictStatus.REPLAN_REQUIRED
+    assert verdict.failed_nodes == {"n2"}
+    assert verdict.unmet_criteria == ("b",)
+
+
+def test_from_checks_unreachable_is_failure() -> None:
+    """``unreachable=True`` turns a failed check into status failure."""
+    contract = VerificationContract("recovery", "g", ["a"])
+    assert Verdict.from_checks(contract, {"a": False}, unreachable=True).status is (
+        VerdictStatus.FAILURE
+    )
+
+
+def test_from_checks_unchecked_criteria_are_unknown_and_inconclusive() -> None:
+    """A criterion the checks do not mention is unknown; without a failure that is inconclusive."""
+    contract = VerificationContract("recovery", "g", ["a", "b"])
+    verdict = Verdict.from_checks(contract, {"a": True})
+    assert verdict.status is VerdictStatus.INCONCLUSIVE
+    assert verdict.criteria[1].status is CriterionStatus.UNKNOWN

@@ -29,6 +29,7 @@ from pev.model import (
     Plan,
     PlanNode,
     RecordStatus,
+    Success,
     TaskId,
     ToolSpec,
     Verdict,
@@ -190,6 +191,20 @@ class VerifyRequest:
     def evidence_refs(self) -> tuple[str, ...]:
         """Every reference a verdict may cite: ``evidence:<id>`` and ``record:<id>``."""
         return tuple(item.ref for item in self.evidence) + tuple(r.ref for r in self.records)
+
+    def output(self, node_id: str) -> JsonValue | None:
+        """The output of a node that succeeded; ``None`` for one that did not."""
+        result = self.results.get(node_id)
+        return result.value if isinstance(result, Success) else None
+
+    def record_ref(self, node_id: str) -> str | None:
+        """``record:<id>`` of the node's latest succeeded record, to cite; ``None`` if none."""
+        refs = [r.ref for r in self.records if r.node_id == node_id and r.status == "succeeded"]
+        return refs[-1] if refs else None
+
+    def node_calling(self, tool: str) -> PlanNode | None:
+        """The first node of the plan that calls ``tool``."""
+        return next((node for node in self.plan.nodes if node.tool == tool), None)
 
 
 @runtime_checkable

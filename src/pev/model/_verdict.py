@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -174,6 +174,62 @@ class Verdict:
             preserved_constraints=contract.constraints,
             guidance=guidance,
             evidence_refs=refs,
+        )
+
+    @classmethod
+    def from_checks(
+        cls,
+        contract: VerificationContract,
+        checks: Mapping[str, bool | tuple[bool, Iterable[str]]],
+        *,
+        failed_nodes: Iterable[str] = (),
+        feedback: str = "",
+        unreachable: bool = False,
+        guidance: str = "",
+    ) -> Verdict:
+        """A verdict from a check per criterion, each a bool or ``(bool, evidence refs)``.
+
+        Every contract criterion gets one result, quoted verbatim: ``satisfied`` or
+        ``unsatisfied`` as checked, ``unknown`` when ``checks`` does not mention it. All
+        satisfied is ``success``; any unsatisfied is ``replan_required`` (``failure`` when
+        ``unreachable``) blaming ``failed_nodes``; only unknowns left is ``inconclusive``.
+        """
+        results: list[CriterionResult] = []
+        for criterion in contract.success_criteria:
+            check = checks.get(criterion)
+            if check is None:
+                results.append(CriterionResult(criterion, CriterionStatus.UNKNOWN))
+                continue
+            ok, refs = (check, ()) if isinstance(check, bool) else (check[0], tuple(check[1]))
+            status = CriterionStatus.SATISFIED if ok else CriterionStatus.UNSATISFIED
+            results.append(CriterionResult(criterion, status, tuple(refs)))
+        cited = tuple(dict.fromkeys(ref for result in results for ref in result.evidence_refs))
+        statuses = {result.status for result in results}
+        if statuses <= {CriterionStatus.SATISFIED}:
+            return cls(
+                VerdictStatus.SUCCESS,
+                feedback=feedback,
+                criteria=tuple(results),
+                evidence_refs=cited,
+            )
+        if CriterionStatus.UNSATISFIED not in statuses:
+            return cls(
+                VerdictStatus.INCONCLUSIVE,
+                feedback=feedback or "some criteria could not be checked",
+                criteria=tuple(results),
+                evidence_refs=cited,
+            )
+        return cls(
+            VerdictStatus.FAILURE if unreachable else VerdictStatus.REPLAN_REQUIRED,
+            failed_nodes=frozenset(failed_nodes),
+            feedback=feedback,
+            criteria=tuple(results),
+            unmet_criteria=tuple(
+                r.criterion for r in results if r.status is not CriterionStatus.SATISFIED
+            ),
+            preserved_constraints=contract.constraints,
+            guidance=guidance,
+            evidence_refs=cited,
         )
 
     @classmethod
