@@ -226,6 +226,7 @@ PUBLIC = {
         "adapt",
         "cancel",
         "current_node_context",
+        "report_usage",
         "default_contract",
         "resume",
         "run",

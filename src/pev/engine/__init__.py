@@ -18,6 +18,7 @@ from pev.engine._protocols import (
     VerifyRequest,
     adapt,
     current_node_context,
+    report_usage,
 )
 from pev.engine._result import RunResult
 from pev.engine._tool_executor import ToolExecutor
@@ -42,6 +43,7 @@ __all__ = [
     "cancel",
     "current_node_context",
     "default_contract",
+    "report_usage",
     "resume",
     "run",
     "run_sync",

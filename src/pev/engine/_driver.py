@@ -25,10 +25,12 @@ from pev.engine._planning import (
     review_plan,
 )
 from pev.engine._protocols import (
+    _USAGE,
     NodeContext,
     Observation,
     ObserveContext,
     VerifyRequest,
+    merged_usage,
 )
 from pev.engine._result import RunResult
 from pev.engine._round import Round
@@ -48,6 +50,7 @@ from pev.ledger import (
     TaskFinished,
     TaskPhase,
     TaskState,
+    Usage,
     VerdictRecorded,
     begin_replan,
     cancel_outcome,
@@ -116,6 +119,7 @@ class Driver:
         self._lessons = lessons
         self._cancel = asyncio.Event()
         self._write_lock = asyncio.Lock()
+        self.last_usage: Usage | None = None
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -235,7 +239,13 @@ class Driver:
             TimeoutError: The call ran past ``timeout``.
             _CancelledMeanwhile: A cancel arrived first (the call is cancelled).
         """
-        work = asyncio.ensure_future(call)
+        reports: list[Usage] = []
+        self.last_usage = None
+        token = _USAGE.set(reports)  # the call's task copies the context: reports reach us
+        try:
+            work = asyncio.ensure_future(call)
+        finally:
+            _USAGE.reset(token)
         cancelled = asyncio.ensure_future(self._cancel.wait())
         try:
             done, _ = await asyncio.wait(
@@ -243,6 +253,7 @@ class Driver:
             )
         finally:
             cancelled.cancel()
+        self.last_usage = merged_usage(reports)
         if work in done:
             return work.result()
         work.cancel()
@@ -347,6 +358,7 @@ class Driver:
                     problems=problems,
                     plan=plan,
                     now=self._clock(),
+                    usage=self.last_usage,
                 )
             )
             return
@@ -366,6 +378,7 @@ class Driver:
                     feedback=feedback,
                     lessons=self._lessons,
                     redo=redo,
+                    usage=self.last_usage,
                 )
             ]
         )
@@ -537,6 +550,7 @@ class Driver:
             reliability=check.reliability,
             raw_digest=check.raw_digest,
             problems=check.problems,
+            usage=self.last_usage,
         )
 
     # -- resume ---------------------------------------------------------------------------

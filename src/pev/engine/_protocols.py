@@ -19,7 +19,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from pev.ledger import RevisionKind
+from pev.ledger import RevisionKind, Usage
 from pev.model import (
     Evidence,
     EvidencePhase,
@@ -48,6 +48,7 @@ __all__ = [
     "VerifyRequest",
     "adapt",
     "current_node_context",
+    "report_usage",
 ]
 
 T = TypeVar("T")
@@ -141,6 +142,35 @@ def current_node_context() -> NodeContext:
         LookupError: Called outside a node's execution.
     """
     return _NODE_CONTEXT.get()
+
+
+_USAGE: contextvars.ContextVar[list[Usage] | None] = contextvars.ContextVar(
+    "pev_usage", default=None
+)
+
+
+def report_usage(model: str, *, input_tokens: int = 0, output_tokens: int = 0) -> None:
+    """Record which model produced the plan or verdict being made, and the tokens it used.
+
+    Call it from inside a planner or verifier (the LLM adapters do); the engine writes it into
+    the ``revision_started``, ``plan_rejected`` or ``verdict_recorded`` event. Several calls add
+    up. Outside a planner or verifier call it does nothing. Never pass credentials.
+    """
+    sink = _USAGE.get()
+    if sink is not None:
+        sink.append(Usage(model=model, input_tokens=input_tokens, output_tokens=output_tokens))
+
+
+def merged_usage(reports: list[Usage]) -> Usage | None:
+    """One usage for a call that reported several (models joined, tokens added)."""
+    if not reports:
+        return None
+    models = ", ".join(dict.fromkeys(report.model for report in reports))
+    return Usage(
+        model=models,
+        input_tokens=sum(report.input_tokens for report in reports),
+        output_tokens=sum(report.output_tokens for report in reports),
+    )
 
 
 @runtime_checkable
