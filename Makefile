@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 # `make test` installs every extra; `make demo` only what the demo needs.
-TEST_EXTRAS := dev,sim
+TEST_EXTRAS := dev,sim,llm
 DEMO_EXTRAS := sim
 TEST_STAMP  := $(VENV)/.installed-test
 DEMO_STAMP  := $(VENV)/.installed-demo
