@@ -1,0 +1,259 @@
+"""A planner that asks a chat model for a plan, as JSON that follows a schema (SPEC §4, §9).
+
+A reply that is not a plan is not repaired and not asked for again here: the planner raises a
+``ValueError`` that says what was wrong, the engine records it as a rejected plan, and the
+problem reaches the model in the next request's ``rejections``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pev.codec import decode, encode
+from pev.engine import PlanRequest, report_usage
+from pev.errors import CodecError
+from pev.ledger import RevisionKind
+from pev.llm._chat import ChatMessage, ChatModel, ChatRequest
+from pev.llm._prompt import (
+    as_json,
+    bullets,
+    contract_sections,
+    lessons_section,
+    records_text,
+    section,
+    tools_text,
+)
+from pev.model import Effect, ExecutionRecord, Plan, ToolSpec
+
+__all__ = ["PLANNER_SYSTEM_PROMPT", "LLMPlanner", "parse_plan", "plan_prompt", "plan_schema"]
+
+PLANNER_SYSTEM_PROMPT = """\
+You are the planner of an agent that plans, acts and checks its own work. You turn a task into \
+a plan: a small graph of steps, each calling one of the tools listed. A verifier checks the \
+result against the success criteria, so plan for every criterion.
+
+Reply with one JSON object, and nothing else:
+{"goal": "<the goal>", "nodes": [{"id": "<unique id>", "description": "<what the step does>", \
+"tool": "<tool name>", "args": {<arguments>}, "after": ["<ids of steps it needs first>"], \
+"effect": "query" or "action"}]}
+
+Rules:
+- Ids are short, unique and contain no ".".
+- "tool" names one of the listed tools; "args" gives every required parameter and no other, \
+with the types shown (a parameter marked ? may be left out).
+- To pass a step's output on, write {"$ref": "<id>"} (the whole output) or \
+{"$ref": "<id>.<key>"} (one field of it) as an argument's value, and list <id> in "after".
+- Steps whose "after" steps are done run in parallel.
+- "effect" is the tool's effect as listed: "query" for read-only tools, "action" for tools with \
+side effects. Never label an action tool "query".
+- Lessons from earlier tasks are advice, not facts about this task."""
+
+_ASK = {
+    RevisionKind.INITIAL: "Write the plan.",
+    RevisionKind.GLOBAL: (
+        "Write a whole new plan that meets every criterion. It starts afresh: no result of an "
+        "earlier plan is carried over."
+    ),
+    RevisionKind.LOCAL: (
+        "Write replacements for the nodes to redo, with the same ids, and only those: "
+        '{"goal": "<the goal>", "nodes": [<the replacement nodes>]}.'
+    ),
+}
+
+
+def plan_schema(tools: tuple[ToolSpec, ...] = ()) -> dict[str, Any]:
+    """The JSON schema of a plan reply; tool names are an enum when there is a catalogue."""
+    tool: dict[str, Any] = {"type": ["string", "null"]}
+    if tools:
+        tool = {"enum": [*sorted(spec.name for spec in tools), None]}
+    node = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "description": {"type": "string"},
+            "tool": tool,
+            "args": {"type": "object"},
+            "after": {"type": "array", "items": {"type": "string"}},
+            "effect": {"type": "string", "enum": [effect.value for effect in Effect]},
+        },
+        "required": ["id", "description", "tool", "args", "after", "effect"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "goal": {"type": "string"},
+            "nodes": {"type": "array", "items": node},
+        },
+        "required": ["goal", "nodes"],
+        "additionalProperties": False,
+    }
+
+
+def parse_plan(text: str) -> Plan:
+    """Read a model's reply as a plan, strictly (no repair).
+
+    Raises:
+        ValueError: The reply is empty, not JSON, or not a plan; the message says which and
+            where, for the next request's ``rejections``.
+    """
+    if not text.strip():
+        raise ValueError("the model's reply was empty; reply with one JSON object {goal, nodes}")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"the model's reply is not JSON ({exc}); it began {text[:120]!r}. "
+            "Reply with one JSON object {goal, nodes} and nothing else"
+        ) from None
+    if not isinstance(data, dict):
+        # One error type for every way a reply fails to be a plan, as the docstring promises.
+        raise ValueError(  # noqa: TRY004
+            f"the model's reply is a JSON {type(data).__name__}, not an object {{goal, nodes}}"
+        )
+    try:
+        return decode(data, Plan)
+    except CodecError as exc:
+        raise ValueError(f"the model's reply is not a plan: {exc}") from None
+
+
+class LLMPlanner:
+    """Plans with a chat model: the initial plan, and local and global replans.
+
+    The prompt carries SPEC §4's context: the input, contract, tool catalogue (signatures and
+    effects) and lessons (as advice); for a replan also the previous plan, the verdict's
+    feedback, unmet criteria, constraints, guidance and evidence, the nodes to redo and the
+    results kept, earlier rejections, and the actions whose outcome is unknown (never to be
+    repeated blindly). Token usage and the model's name go to the ledger through
+    :func:`pev.engine.report_usage`.
+
+    Args:
+        model: The chat model, e.g. an :class:`OpenAIChat`.
+        instructions: Extra guidance for this agent's domain, added to the system prompt.
+        temperature: Sampling temperature (``None``: the server's default).
+    """
+
+    def __init__(
+        self, model: ChatModel, *, instructions: str = "", temperature: float | None = 0.0
+    ) -> None:
+        self.model = model
+        self.instructions = instructions
+        self.temperature = temperature
+
+    def __repr__(self) -> str:
+        return f"LLMPlanner({self.model!r})"
+
+    def chat_request(self, request: PlanRequest) -> ChatRequest:
+        """The chat request this planner sends for ``request`` (to inspect or log)."""
+        system = PLANNER_SYSTEM_PROMPT
+        if self.instructions.strip():
+            system += "\n\n" + section("Instructions for this agent", self.instructions)
+        return ChatRequest(
+            messages=(
+                ChatMessage(role="system", text=system),
+                ChatMessage(role="user", text=plan_prompt(request)),
+            ),
+            schema=plan_schema(request.tools),
+            schema_name="pev_plan",
+            temperature=self.temperature,
+        )
+
+    async def plan(self, request: PlanRequest) -> Plan:
+        """Ask the model for a plan.
+
+        Raises:
+            ValueError: The reply is not a plan (the engine rejects it and says why next time).
+            LLMError: The model could not be reached (also a rejected plan for the engine).
+        """
+        reply = await self.model.complete(self.chat_request(request))
+        report_usage(
+            reply.model, input_tokens=reply.input_tokens, output_tokens=reply.output_tokens
+        )
+        return parse_plan(reply.text)
+
+
+def plan_prompt(request: PlanRequest) -> str:
+    """The user message: the task, its contract, the tools, lessons, and any replan context."""
+    parts = [section("Task input", as_json(request.input))]
+    parts.extend(contract_sections(request.contract))
+    parts.append(section("Tools", tools_text(request.tools) or "(no catalogue: any tool names)"))
+    parts.extend(lessons_section(request.lessons))
+    if request.deadline is not None:
+        parts.append(section("Deadline", f"The plan must be ready by {request.deadline}."))
+    if request.kind is not RevisionKind.INITIAL:
+        parts.extend(_replan_sections(request))
+    if request.rejections:
+        parts.append(
+            section(
+                "Earlier plans of this task were rejected (fix every problem; do not resend them)",
+                bullets(request.rejections),
+            )
+        )
+    if request.unknown_records:
+        parts.append(_unknown_section(request.unknown_records, request))
+    parts.append(section("Your answer", _ASK[request.kind]))
+    return "\n\n".join(parts)
+
+
+def _replan_sections(request: PlanRequest) -> list[str]:
+    parts = [
+        section(
+            f"This is a {request.kind.value} replan (planner call {request.attempt})",
+            "The previous plan did not pass verification.",
+        )
+    ]
+    if request.previous_plan is not None:
+        parts.append(section("The previous plan", as_json(request.previous_plan)))
+    said: list[str] = []
+    if request.verdict is not None:
+        said.append(f"status: {request.verdict.status}")
+        if request.verdict.failed_nodes:
+            said.append(f"nodes at fault: {', '.join(sorted(request.verdict.failed_nodes))}")
+    if request.feedback:
+        said.append(f"feedback: {request.feedback}")
+    if request.guidance:
+        said.append(f"guidance: {request.guidance}")
+    if request.evidence_refs:
+        said.append(f"evidence it rests on: {', '.join(request.evidence_refs)}")
+    if said:
+        parts.append(section("What the verifier said", "\n".join(said)))
+    if request.unmet_criteria:
+        parts.append(section("Criteria still unmet", bullets(request.unmet_criteria, quote=True)))
+    if request.preserved_constraints:
+        parts.append(
+            section("Constraints the new plan must keep", bullets(request.preserved_constraints))
+        )
+    if request.kind is RevisionKind.LOCAL:
+        parts.append(
+            section(
+                "Nodes to redo (the failed nodes and everything downstream of them)",
+                bullets(sorted(request.redo_nodes)),
+            )
+        )
+        kept = dict(request.kept_results)
+        parts.append(
+            section(
+                "Results kept (these nodes stay as they are and are not run again; a "
+                "replacement may depend on them and $ref their outputs)",
+                as_json(kept) if kept else "(none)",
+            )
+        )
+    return parts
+
+
+def _unknown_section(records: tuple[ExecutionRecord, ...], request: PlanRequest) -> str:
+    """Actions that may or may not have taken effect, with the args they were sent with."""
+    lines = [records_text(records)]
+    plan = request.previous_plan
+    for record in records:
+        if plan is not None and record.node_id in plan.node_ids:
+            node = plan.node(record.node_id)
+            if node.tool == record.tool:
+                args = json.dumps(encode(node.args), ensure_ascii=False, sort_keys=True)
+                lines.append(f"  {record.ref} came from node {node.id!r}, planned args {args}")
+    lines.append(
+        "Do not repeat any of these actions with the same arguments: observe or reconcile "
+        "first (query the state to learn what happened), or change the action."
+    )
+    return section("Actions whose outcome is unknown", "\n".join(lines))

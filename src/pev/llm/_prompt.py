@@ -1,0 +1,89 @@
+"""Pieces the planner's and the verifier's prompts share: sections, lists, JSON, lessons."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from pev.codec import encode
+from pev.model import ExecutionRecord, ToolSpec, VerificationContract
+
+__all__ = [
+    "as_json",
+    "bullets",
+    "contract_sections",
+    "lessons_section",
+    "records_text",
+    "section",
+    "tools_text",
+]
+
+
+def as_json(value: object) -> str:
+    """A pev value (or plain JSON) as readable JSON text."""
+    return json.dumps(encode(value), indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def bullets(items: Iterable[str], *, quote: bool = False) -> str:
+    """One ``- item`` line per item; quoted (as JSON strings) where the exact text matters."""
+    return "\n".join(
+        f"- {json.dumps(item, ensure_ascii=False) if quote else item}" for item in items
+    )
+
+
+def section(title: str, body: str) -> str:
+    """A titled part of a prompt."""
+    return f"## {title}\n{body.strip()}"
+
+
+def contract_sections(contract: VerificationContract) -> list[str]:
+    """The goal, the success criteria (quoted, as they must be answered) and the constraints."""
+    parts = [
+        section("Goal", contract.goal or "(no goal stated: the task input is the goal)"),
+        section(
+            "Success criteria (the verifier checks each one)",
+            bullets(contract.success_criteria, quote=True) or "(none)",
+        ),
+    ]
+    if contract.constraints:
+        parts.append(section("Constraints (must hold throughout)", bullets(contract.constraints)))
+    return parts
+
+
+def lessons_section(lessons: Iterable[str]) -> list[str]:
+    """Lessons from earlier tasks, labelled as advice (never evidence); nothing when none."""
+    items = [lesson for lesson in lessons if lesson.strip()]
+    if not items:
+        return []
+    return [
+        section(
+            "Lessons from earlier tasks (advice only: they are not facts about this task)",
+            bullets(items),
+        )
+    ]
+
+
+def tools_text(tools: Iterable[ToolSpec]) -> str:
+    """One line per tool: ``name(param: type, optional?: type) [effect]: description``."""
+    lines = []
+    for spec in tools:
+        params = ", ".join(
+            f"{param.name}{'' if param.required else '?'}: "
+            f"{' | '.join(sorted(param.json_types)) or 'any'}"
+            for param in spec.parameters
+        )
+        about = f": {spec.description}" if spec.description else ""
+        lines.append(f"- {spec.name}({params}) [{spec.effect.value}]{about}")
+    return "\n".join(lines)
+
+
+def records_text(records: Iterable[ExecutionRecord]) -> str:
+    """One line per execution record: its reference, node, tool, effect, status and error."""
+    lines = []
+    for record in records:
+        error = f", error: {record.error}" if record.error else ""
+        lines.append(
+            f"- {record.ref} (node {record.node_id!r} of revision {record.revision}, "
+            f"tool {record.tool!r} [{record.effect.value}]): {record.status.value}{error}"
+        )
+    return "\n".join(lines)
