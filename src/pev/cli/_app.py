@@ -19,6 +19,7 @@ from rich.text import Text
 
 from pev import engine
 from pev.cli._demo import DEMO_FAULTS, run_demos
+from pev.cli._lessons import lesson_list, lesson_view
 from pev.cli._progress import ConsoleRail, result_line
 from pev.cli._render import STATUS_STYLE, chain_report, task_table, timeline
 from pev.cli._taskfile import TaskFileError, load_task_file
@@ -30,6 +31,7 @@ from pev.errors import (
     SchemaVersionError,
     UnknownTaskError,
 )
+from pev.experience import Episode, Lesson, LessonBook
 from pev.kernel import TaskStatus
 from pev.ledger import TERMINAL_PHASES, ChainReport, Ledger, TaskPhase, TaskState, new_task_id
 from pev.stores import SQLiteStore
@@ -223,6 +225,46 @@ def verify(db: Path, task_ids: Sequence[str]) -> None:
     console.print(f"{len(reports)} task(s) checked, {bad} failed verification")
     if bad:
         raise click.exceptions.Exit(1)
+
+
+@cli.command("lessons")
+@click.argument("lesson_id", metavar="[LESSON]", required=False)
+@click.option("--all", "show_all", is_flag=True, help="List candidates too, not only active ones.")
+@click.pass_obj
+def lessons_command(db: Path, lesson_id: str | None, show_all: bool) -> None:
+    """List the lessons learned from ended tasks, or show one with the episodes behind it.
+
+    LESSON is a lesson id or a unique prefix of one. Active lessons are given to planners as
+    advice (`pev.run(..., experience=LessonBook(store))`); a candidate waits for enough
+    independent tasks to support it.
+    """
+    console = Console()
+    if lesson_id is None:
+
+        async def listed(ledger: Ledger) -> tuple[Lesson, ...]:
+            return await LessonBook(ledger.store).all()
+
+        lessons = [lesson for lesson in _run(db, listed) if show_all or lesson.active]
+        if lessons:
+            console.print(lesson_list(lessons))
+        else:
+            what = "lessons" if show_all else "active lessons (`pev lessons --all` adds candidates)"
+            console.print(f"no {what} in {db}")
+        return
+
+    async def shown(ledger: Ledger) -> tuple[Lesson, tuple[Episode, ...]]:
+        book = LessonBook(ledger.store)
+        matches = [lesson for lesson in await book.all() if lesson.id.startswith(lesson_id)]
+        if len(matches) != 1:
+            shown_ids = ", ".join(lesson.id for lesson in matches[:5])
+            raise BadArgument(
+                f"lesson id prefix {lesson_id!r} is ambiguous ({shown_ids}); type more"
+                if matches
+                else f"no lesson has id {lesson_id!r}; list them with `pev lessons --all`"
+            )
+        return matches[0], await book.episodes(matches[0].id)
+
+    console.print(lesson_view(*_run(db, shown)))
 
 
 def _fail(message: str, *, code: int = 2) -> NoReturn:

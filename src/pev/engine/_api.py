@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from pev.engine._components import build_components, rebuild
+from pev.engine._components import Components, build_components, rebuild
 from pev.engine._driver import Driver
 from pev.engine._result import RunResult
-from pev.errors import UsageError
+from pev.errors import StoreError, UsageError
+from pev.experience import LessonBook
 from pev.ledger import Ledger, Store, TaskState, utc_now
 from pev.model import (
     JsonValue,
@@ -24,6 +26,8 @@ from pev.rails import RailBus, RailLike
 from pev.stores import MemoryStore
 
 __all__ = ["DEFAULT_CRITERION", "cancel", "default_contract", "resume", "run", "run_sync"]
+
+_log = logging.getLogger("pev.engine")
 
 DEFAULT_CRITERION = "the task's goal is achieved"
 """The one criterion of the contract a run gets when it has a verifier but no contract."""
@@ -56,6 +60,7 @@ async def run(
     task_id: str | None = None,
     clock: Callable[[], datetime] | None = None,
     lessons: Iterable[str] = (),
+    experience: LessonBook | None = None,
 ) -> RunResult:
     """Run a task to its end: plan, execute, verify, diagnose, dispatch, within its budget.
 
@@ -76,6 +81,9 @@ async def run(
         task_id: The task's id; a fresh UUID by default.
         clock: Returns the current UTC time; for tests.
         lessons: Advice handed to the planner and the verifier (never evidence).
+        experience: A :class:`~pev.experience.LessonBook`: its active lessons that apply to
+            this task's tools and goal are added to ``lessons``, and the ended task is recorded
+            in it (a store failure there is logged; the run's result stands).
 
     Returns:
         The task's result; ``result.ok`` only for ``succeeded``.
@@ -98,6 +106,8 @@ async def run(
         contract=contract,
         policy=policy,
     )
+    # Chosen before the task exists: a store that cannot answer leaves no task behind.
+    advice = await _advice(lessons, experience, components, goal=contract.goal or _text(input))
     ledger = Ledger(store or MemoryStore(), clock=clock or utc_now)
     await ledger.expire_overdue()
     state = await ledger.create(
@@ -105,10 +115,35 @@ async def run(
     )
     bus = RailBus(tuple(rails))
     await bus.emit(await ledger.entries(state.task_id), state)
-    driver = Driver(
-        ledger, state, components, rails=bus, clock=clock or utc_now, lessons=tuple(lessons)
-    )
-    return await driver.drive()
+    driver = Driver(ledger, state, components, rails=bus, clock=clock or utc_now, lessons=advice)
+    result = await driver.drive()
+    await _learn(experience, driver.state)
+    return result
+
+
+async def _advice(
+    lessons: Iterable[str], experience: LessonBook | None, components: Components, *, goal: str
+) -> tuple[str, ...]:
+    """The lessons given, then the experience's active lessons for these tools and goal."""
+    given = tuple(lessons)
+    if experience is None:
+        return given
+    learned = await experience.advice(tools=tuple(components.tools or ()), goal=goal)
+    return tuple(dict.fromkeys((*given, *learned)))
+
+
+def _text(input: JsonValue) -> str:  # noqa: A002
+    return input if isinstance(input, str) else canonical_json(input)
+
+
+async def _learn(experience: LessonBook | None, state: TaskState) -> None:
+    """Record an ended task in ``experience``; the task's result never depends on it."""
+    if experience is None or not state.terminal:
+        return
+    try:
+        await experience.record(state)
+    except StoreError:
+        _log.warning("task %s: recording its episode failed", state.task_id, exc_info=True)
 
 
 def run_sync(input: JsonValue, **options: Any) -> RunResult:  # noqa: A002
@@ -139,6 +174,7 @@ async def resume(
     rails: Iterable[RailLike] = (),
     clock: Callable[[], datetime] | None = None,
     lessons: Iterable[str] = (),
+    experience: LessonBook | None = None,
 ) -> RunResult:
     """Continue a task from its ledger after a crash (SPEC §5.4).
 
@@ -147,6 +183,8 @@ async def resume(
     executor's ``reconcile(record)`` when it has one, else marked ``unknown``; no unfinished node
     is dispatched again, so an action is never re-sent. A crash while planning or verifying
     repeats that call without consuming budget. A task that has ended is returned unchanged.
+    ``experience`` works as in :func:`run`: its lessons join ``lessons`` for the planning
+    still to come, and the task is recorded once it ends (an ended task is recorded at once).
 
     Raises:
         UnknownTaskError: No task has that id in ``store``.
@@ -156,6 +194,8 @@ async def resume(
     await ledger.expire_overdue()
     state = await ledger.state(task_id)
     if state.terminal:
+        # Recorded again (a no-op when it was): a crash may have come between end and record.
+        await _learn(experience, state)
         return RunResult.from_state(state)
     given = rebuild(
         state.created.components,
@@ -176,16 +216,20 @@ async def resume(
         contract=state.contract,
         policy=state.policy,
     )
+    goal = state.contract.goal or _text(state.created.input)
+    advice = await _advice(lessons, experience, components, goal=goal)
     driver = Driver(
         ledger,
         state,
         components,
         rails=RailBus(tuple(rails)),
         clock=clock or utc_now,
-        lessons=tuple(lessons),
+        lessons=advice,
     )
     await driver.settle_unfinished()
-    return await driver.drive()
+    result = await driver.drive()
+    await _learn(experience, driver.state)
+    return result
 
 
 async def cancel(task_id: str, *, store: Store, reason: str = "") -> TaskState:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from pev.engine import RunResult, run
+from pev.experience import LessonBook
 from pev.kernel import Finish, GlobalReplan, LocalReplan, TaskStatus
 from pev.ledger import Store, TaskState
 from pev.model import VerificationContract, VerificationMode
@@ -49,6 +50,7 @@ async def run_demo(
     store: Store | None = None,
     clock: Callable[[], datetime] | None = None,
     rails: Iterable[RailLike] = (),
+    experience: LessonBook | None = None,
 ) -> RunResult:
     """Run one demo task in a fresh simulated world, with ``fault`` armed on its devices.
 
@@ -59,6 +61,7 @@ async def run_demo(
         store: Where the ledger is kept; in memory by default.
         clock: The engine's clock, for tests.
         rails: Observers of the loop.
+        experience: Lessons to plan with, and to record the task in (see ``pev.run``).
 
     Raises:
         ValueError: An unknown fault name or a negative seed.
@@ -79,6 +82,7 @@ async def run_demo(
             store=store,
             clock=clock,
             rails=rails,
+            experience=experience,
         )
 
 

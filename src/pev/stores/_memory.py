@@ -1,12 +1,17 @@
-"""The in-memory store: the store contract without durability, for tests and short runs."""
+"""The in-memory store: the store contract without durability, for tests and short runs.
+
+It also keeps episodes and lessons (:class:`~pev.experience.LessonStore`); its lesson search is
+a plain term match, where the SQLite store uses FTS5.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 
 from pev.errors import StoreError, UnknownTaskError
+from pev.experience import Episode, Lesson, LessonStatus, lesson_terms, search_terms
 from pev.ledger import GENESIS_HASH, LedgerEntry, TaskPhase, TaskSummary, check_batch
 from pev.model import TaskId
 
@@ -23,6 +28,9 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._entries: dict[str, list[LedgerEntry]] = {}
         self._summaries: dict[str, TaskSummary] = {}
+        self._episodes: dict[str, Episode] = {}
+        self._support: dict[str, dict[str, None]] = {}  # lesson id -> task ids, in save order
+        self._lessons: dict[str, Lesson] = {}
         self._closed = False
 
     async def append(self, entries: Sequence[LedgerEntry], summary: TaskSummary) -> None:
@@ -76,13 +84,84 @@ class MemoryStore:
                 if s.replan_deadline is not None and s.replan_deadline <= now
             )
 
+    async def save_episode(self, episode: Episode, *, supports: Collection[str] = ()) -> None:
+        """Keep an episode once, with the lessons it supports (see ``LessonStore``)."""
+        with self._lock:
+            self._check_open()
+            if episode.task_id in self._episodes:
+                return
+            self._episodes[episode.task_id] = episode
+            for lesson_id in supports:
+                self._support.setdefault(lesson_id, {})[episode.task_id] = None
+
+    async def episode(self, task_id: str) -> Episode | None:
+        """The episode of a task, or ``None``."""
+        with self._lock:
+            self._check_open()
+            return self._episodes.get(task_id)
+
+    async def episodes(self, lesson_id: str) -> tuple[Episode, ...]:
+        """The episodes supporting a lesson, in save order."""
+        with self._lock:
+            self._check_open()
+            return tuple(self._episodes[t] for t in self._support.get(lesson_id, {}))
+
+    async def save_lesson(self, lesson: Lesson) -> None:
+        """Insert or replace a lesson by id."""
+        with self._lock:
+            self._check_open()
+            self._lessons[lesson.id] = lesson
+
+    async def lesson(self, lesson_id: str) -> Lesson | None:
+        """One lesson by id, or ``None``."""
+        with self._lock:
+            self._check_open()
+            return self._lessons.get(lesson_id)
+
+    async def lessons(self, *, status: LessonStatus | None = None) -> tuple[Lesson, ...]:
+        """Every lesson (or those with ``status``), most independent support first."""
+        with self._lock:
+            self._check_open()
+            found = [
+                lesson
+                for lesson in self._lessons.values()
+                if status is None or lesson.status is status
+            ]
+        return _by_support(found)
+
+    async def search_lessons(
+        self, query: str, *, limit: int = 5, status: LessonStatus | None = None
+    ) -> tuple[Lesson, ...]:
+        """Lessons holding any of the query's terms: most terms held first, then support."""
+        terms = search_terms(query)
+        if not terms:
+            return ()
+        scored: list[tuple[int, Lesson]] = []
+        for lesson in await self.lessons(status=status):
+            held = set(lesson_terms(lesson))
+            score = sum(term in held for term in terms)
+            if score:
+                scored.append((score, lesson))
+        scored.sort(key=lambda pair: -pair[0])  # stable: ties keep the support order
+        return tuple(lesson for _, lesson in scored[:limit])
+
     async def close(self) -> None:
         """Drop everything; the store is unusable afterwards."""
         with self._lock:
             self._closed = True
             self._entries.clear()
             self._summaries.clear()
+            self._episodes.clear()
+            self._support.clear()
+            self._lessons.clear()
 
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError("this MemoryStore is closed")
+
+
+def _by_support(lessons: Iterable[Lesson]) -> tuple[Lesson, ...]:
+    """Active first, then most independent support, then id: the order lessons are listed in."""
+    return tuple(
+        sorted(lessons, key=lambda x: (not x.active, -x.independent, -len(x.support), x.id))
+    )

@@ -11,6 +11,10 @@ An uncontended call runs on the caller's thread: a durable commit costs about on
 process holds the write lock, the call moves to the store's own thread and waits there (up to
 ``busy_timeout_s``), so an event loop never stalls behind another writer. ``offload=True`` sends
 every call to that thread, for slow or networked disks.
+
+The same file keeps experience (SPEC §8, :class:`~pev.experience.LessonStore`): episodes, lessons
+and their support, with an FTS5 full-text index over the lessons where this SQLite has FTS5 (a
+term match over the stored search terms where it has not).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pev.errors import (
     StoreError,
     UnknownTaskError,
 )
+from pev.experience import Episode, Lesson, LessonStatus, lesson_terms, search_terms
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
     GENESIS_HASH,
@@ -91,6 +96,40 @@ CREATE INDEX IF NOT EXISTS pev_tasks_by_phase ON pev_tasks (phase, created_at DE
 CREATE INDEX IF NOT EXISTS pev_tasks_waiting ON pev_tasks (replan_deadline)
     WHERE replan_deadline IS NOT NULL;
 """
+
+# Experience (SPEC §8): episodes, lessons, and which episodes support which lesson. These are
+# derived data, not the ledger: a lesson row is replaced as its support grows. They are created
+# with IF NOT EXISTS when any ledger is opened, so a file written before them gets them then;
+# the event schema, and so SCHEMA_VERSION, is unchanged.
+_EXPERIENCE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pev_episodes (
+    task_id TEXT PRIMARY KEY,
+    episode TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pev_lesson_support (
+    lesson_id TEXT NOT NULL,
+    task_id   TEXT NOT NULL,
+    PRIMARY KEY (lesson_id, task_id)
+);
+CREATE TABLE IF NOT EXISTS pev_lessons (
+    id          TEXT PRIMARY KEY,
+    status      TEXT    NOT NULL,
+    independent INTEGER NOT NULL,
+    support     INTEGER NOT NULL,
+    terms       TEXT    NOT NULL,
+    lesson      TEXT    NOT NULL
+);
+"""
+# The full-text index of the lessons' search terms; its rowid is the lesson row's rowid.
+_CREATE_FTS = "CREATE VIRTUAL TABLE IF NOT EXISTS pev_lessons_fts USING fts5(terms)"
+_UPSERT_LESSON = (
+    "INSERT INTO pev_lessons (id, status, independent, support, terms, lesson) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET status = excluded.status, "
+    "independent = excluded.independent, support = excluded.support, terms = excluded.terms, "
+    "lesson = excluded.lesson RETURNING rowid"
+)
+# Active first, then most independent support: the order lessons are listed in.
+_LESSON_ORDER = "(status = 'active') DESC, independent DESC, support DESC, id"
 
 _INSERT_EVENT = (
     "INSERT INTO pev_events (task_id, seq, at, schema, kind, event, prev_hash, hash) "
@@ -166,6 +205,7 @@ class SQLiteStore:
             Path(self._location).parent.mkdir(parents=True, exist_ok=True)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pev-sqlite")
         self._inline: sqlite3.Connection | None = None
+        self._full_text = False
         self._inline_lock = threading.Lock()
         try:
             self._conn = self._executor.submit(self._open, busy_timeout_s).result()
@@ -217,9 +257,10 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._check_schema_version(conn)
-                for statement in _SCHEMA.split(";\n"):
+                for statement in (_SCHEMA + _EXPERIENCE_SCHEMA).split(";\n"):
                     if statement.strip():
                         conn.execute(statement)
+                self._full_text = self._prepare_fts(conn)
                 conn.execute(
                     "INSERT OR IGNORE INTO pev_meta (key, value) VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
@@ -231,6 +272,26 @@ class SQLiteStore:
                 raise
         except sqlite3.Error as exc:
             raise StoreError(f"cannot prepare the ledger {self._location}: {exc}") from exc
+
+    @staticmethod
+    def _prepare_fts(conn: sqlite3.Connection) -> bool:
+        """Create the lessons' FTS5 index (filling it if it lags); False without FTS5."""
+        try:
+            conn.execute(_CREATE_FTS)
+            indexed = conn.execute("SELECT count(*) FROM pev_lessons_fts").fetchone()[0]
+        except sqlite3.OperationalError:
+            return False  # this SQLite was built without FTS5: search matches stored terms
+        if indexed != conn.execute("SELECT count(*) FROM pev_lessons").fetchone()[0]:
+            conn.execute("DELETE FROM pev_lessons_fts")
+            conn.execute(
+                "INSERT INTO pev_lessons_fts (rowid, terms) SELECT rowid, terms FROM pev_lessons"
+            )
+        return True
+
+    @property
+    def full_text_search(self) -> bool:
+        """True when lesson search uses SQLite's FTS5 index (else a plain term match)."""
+        return self._full_text
 
     def _check_schema_version(self, conn: sqlite3.Connection) -> None:
         has_meta = conn.execute(
@@ -421,6 +482,138 @@ class SQLiteStore:
         )
         rows = await self._run(lambda conn: _query(conn, query, (_time_key(now),)))
         return tuple(TaskId(str(row[0])) for row in rows)
+
+    async def save_episode(self, episode: Episode, *, supports: Collection[str] = ()) -> None:
+        """Keep an episode once, with the lessons it supports, in one transaction."""
+        row = (episode.task_id, codec.dumps(episode))
+        links = [(lesson_id, episode.task_id) for lesson_id in dict.fromkeys(supports)]
+
+        def work(conn: sqlite3.Connection) -> None:
+            saved = conn.execute(
+                "INSERT INTO pev_episodes (task_id, episode) VALUES (?, ?) "
+                "ON CONFLICT (task_id) DO NOTHING",
+                row,
+            )
+            if saved.rowcount and links:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO pev_lesson_support (lesson_id, task_id) VALUES (?, ?)",
+                    links,
+                )
+
+        await self._run(lambda conn: self._transaction(conn, work))
+
+    async def episode(self, task_id: str) -> Episode | None:
+        """The episode of a task, or ``None``."""
+        query = "SELECT episode FROM pev_episodes WHERE task_id = ?"
+        rows = await self._run(lambda conn: _query(conn, query, (task_id,)))
+        return self._decode(rows[0][0], Episode, f"episode {task_id}") if rows else None
+
+    async def episodes(self, lesson_id: str) -> tuple[Episode, ...]:
+        """The episodes supporting a lesson, in save order."""
+        query = (
+            "SELECT e.task_id, e.episode FROM pev_lesson_support s "
+            "JOIN pev_episodes e ON e.task_id = s.task_id WHERE s.lesson_id = ? ORDER BY s.rowid"
+        )
+        rows = await self._run(lambda conn: _query(conn, query, (lesson_id,)))
+        return tuple(self._decode(text, Episode, f"episode {task}") for task, text in rows)
+
+    async def save_lesson(self, lesson: Lesson) -> None:
+        """Insert or replace a lesson by id, and its full-text entry."""
+        terms = " ".join(lesson_terms(lesson))
+        row = (
+            lesson.id,
+            str(lesson.status),
+            lesson.independent,
+            len(lesson.support),
+            terms,
+            codec.dumps(lesson),
+        )
+
+        def work(conn: sqlite3.Connection) -> None:
+            rowid = conn.execute(_UPSERT_LESSON, row).fetchone()[0]
+            if self._full_text:
+                conn.execute("DELETE FROM pev_lessons_fts WHERE rowid = ?", (rowid,))
+                conn.execute(
+                    "INSERT INTO pev_lessons_fts (rowid, terms) VALUES (?, ?)", (rowid, terms)
+                )
+
+        await self._run(lambda conn: self._transaction(conn, work))
+
+    async def lesson(self, lesson_id: str) -> Lesson | None:
+        """One lesson by id, or ``None``."""
+        query = "SELECT id, lesson FROM pev_lessons WHERE id = ?"
+        rows = await self._run(lambda conn: _query(conn, query, (lesson_id,)))
+        return self._lessons_of(rows)[0] if rows else None
+
+    async def lessons(self, *, status: LessonStatus | None = None) -> tuple[Lesson, ...]:
+        """Every lesson (or those with ``status``), most independent support first."""
+        query = "SELECT id, lesson FROM pev_lessons WHERE (? IS NULL OR status = ?) "
+        query += f"ORDER BY {_LESSON_ORDER}"
+        wanted = str(status) if status is not None else None
+        rows = await self._run(lambda conn: _query(conn, query, (wanted, wanted)))
+        return self._lessons_of(rows)
+
+    async def search_lessons(
+        self, query: str, *, limit: int = 5, status: LessonStatus | None = None
+    ) -> tuple[Lesson, ...]:
+        """Lessons holding any of the query's terms, by FTS5 rank (bm25), then support."""
+        terms = search_terms(query)
+        if not terms:
+            return ()
+        wanted = str(status) if status is not None else None
+        if self._full_text:
+            # Each term is letters and digits only (search_terms), quoted as an FTS5 string.
+            match = " OR ".join(f'"{term}"' for term in terms)
+            sql = (
+                "SELECT l.id, l.lesson FROM pev_lessons_fts f "
+                "JOIN pev_lessons l ON l.rowid = f.rowid "
+                "WHERE pev_lessons_fts MATCH ? AND (? IS NULL OR l.status = ?) "
+                "ORDER BY bm25(pev_lessons_fts), l.independent DESC, l.id LIMIT ?"
+            )
+            rows = await self._run(lambda conn: _query(conn, sql, (match, wanted, wanted, limit)))
+            return self._lessons_of(rows)
+        # Without FTS5: LIKE finds the rows holding a term, and the exact terms rank them.
+        like = " OR ".join("terms LIKE ?" for _ in terms)
+        sql = (
+            f"SELECT id, lesson FROM pev_lessons WHERE ({like}) "  # noqa: S608 - placeholders only
+            f"AND (? IS NULL OR status = ?) ORDER BY {_LESSON_ORDER}"
+        )
+        params = [f"%{term}%" for term in terms] + [wanted, wanted]
+        rows = await self._run(lambda conn: _query(conn, sql, params))
+        scored = []
+        for lesson in self._lessons_of(rows):
+            held = set(lesson_terms(lesson))
+            score = sum(term in held for term in terms)
+            if score:
+                scored.append((score, lesson))
+        scored.sort(key=lambda pair: -pair[0])
+        return tuple(lesson for _, lesson in scored[:limit])
+
+    def _lessons_of(self, rows: Sequence[tuple[object, ...]]) -> tuple[Lesson, ...]:
+        return tuple(self._decode(text, Lesson, f"lesson {lesson_id}") for lesson_id, text in rows)
+
+    def _decode(self, text: object, into: type[T], what: str) -> T:
+        try:
+            return codec.loads(str(text), into)
+        except CodecError as exc:
+            raise StoreError(f"{self._location}: {what} cannot be read: {exc}") from exc
+
+    def _transaction(self, conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in one write transaction (``_Busy`` when another writer holds the lock)."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise _Busy from exc
+        try:
+            result = work(conn)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            raise StoreError(f"a write to {self._location} failed: {exc}") from exc
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return result
 
     async def close(self) -> None:
         """Close the database and its thread; the store is unusable afterwards."""
