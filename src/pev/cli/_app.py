@@ -333,6 +333,7 @@ def run_command(db: Path, task_file: Path, task_id: str | None, quiet: bool) -> 
                 store=ledger.store,
                 rails=rails,
                 task_id=new_id,
+                experience=LessonBook(ledger.store),
             )
         except (ComponentError, ContractError) as exc:
             field = (
@@ -367,7 +368,9 @@ def resume_command(db: Path, task_id: str, quiet: bool) -> None:
     async def drive(ledger: Ledger) -> TaskState:
         full_id = await _resolve(ledger, task_id)
         try:
-            result = await engine.resume(full_id, store=ledger.store, rails=rails)
+            result = await engine.resume(
+                full_id, store=ledger.store, rails=rails, experience=LessonBook(ledger.store)
+            )
         except ComponentError as exc:
             # The engine's message says what failed and ends "pass planner=...", which only
             # Python can do: say so, with the call to make.

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from pev.cli._render import chain_report, timeline
+from pev.experience import LessonBook
 from pev.ledger import Ledger, TaskState
 from pev.model import EvidencePhase
 
@@ -47,7 +48,10 @@ async def run_demos(
         expected = FAULT_PATHS[fault]
         console.rule(f"[bold]{fault}[/]", align="left")
         console.print(Text(expected.story, style="italic"))
-        result = await run_demo(fault, seed=seed, store=ledger.store)
+        # The demo learns: recovered slips seeded differently promote a lesson (`pev lessons`).
+        result = await run_demo(
+            fault, seed=seed, store=ledger.store, experience=LessonBook(ledger.store)
+        )
         state = await ledger.state(result.task_id)
         console.print(timeline(state))
         report = await ledger.verify(result.task_id)
