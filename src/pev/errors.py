@@ -16,6 +16,9 @@ kernel decides on; the exceptions here are for misuse, invalid input and broken 
         ├── SchemaVersionError  the database was written by another schema version
         └── UnknownTaskError    no task has that id
 
+Adapters add their own leaves under ``PevError``: ``pev.llm.LLMError`` (a model endpoint failed
+after its retries) carries the model and status code, never the credentials.
+
 Each error carries the ids and values it is about, so callers can act on them without parsing
 the message.
 """
