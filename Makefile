@@ -4,11 +4,13 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
-# `make test` installs every extra; `make demo` only what the demo needs.
-TEST_EXTRAS := dev,sim,llm
-DEMO_EXTRAS := sim
-TEST_STAMP  := $(VENV)/.installed-test
-DEMO_STAMP  := $(VENV)/.installed-demo
+# `make test` installs every extra; `make demo` and `make bench` only what they need.
+TEST_EXTRAS  := dev,sim,llm,bench
+DEMO_EXTRAS  := sim
+BENCH_EXTRAS := bench,sim
+TEST_STAMP   := $(VENV)/.installed-test
+DEMO_STAMP   := $(VENV)/.installed-demo
+BENCH_STAMP  := $(VENV)/.installed-bench
 
 .PHONY: demo test lint typecheck pytest bench clean help
 
@@ -22,10 +24,14 @@ $(BIN)/python:
 
 $(TEST_STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[$(TEST_EXTRAS)]"
-	touch $@ $(DEMO_STAMP)
+	touch $@ $(DEMO_STAMP) $(BENCH_STAMP)
 
 $(DEMO_STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[$(DEMO_EXTRAS)]"
+	touch $@
+
+$(BENCH_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[$(BENCH_EXTRAS)]"
 	touch $@
 
 demo: $(DEMO_STAMP)  ## Run the embedded demo (written to the default ledger; PEV_DB overrides).
@@ -43,9 +49,10 @@ typecheck: $(TEST_STAMP)
 pytest: $(TEST_STAMP)
 	$(BIN)/pytest --cov --cov-report=term --cov-report=xml -p no:cacheprovider
 
-bench: $(TEST_STAMP)  ## Kernel, ledger and engine benchmarks; writes the figures to docs/benchmarks.md.
+bench: $(BENCH_STAMP)  ## Kernel, ledger, engine and LangGraph benchmarks; writes docs/benchmarks.md and README.md.
 	$(BIN)/python bench/bench_foundation.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_engine.py --write docs/benchmarks.md
+	$(BIN)/python bench/bench_langgraph.py --write docs/benchmarks.md --readme README.md
 
 clean:  ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage coverage.xml

@@ -1,0 +1,435 @@
+"""Engine overhead beside LangGraph: pev, raw asyncio and LangGraph 1.x on the same graphs.
+
+Run with `make bench` (or `python bench/bench_langgraph.py [--write docs/benchmarks.md]
+[--readme README.md]`); needs the `bench` extra (`pip install -e '.[bench]'`).
+
+Three 100-node shapes of one no-op async function (`async def noop() -> None`):
+
+* chain: each node after the one before, so the nodes run one at a time;
+* fan-out: 100 independent nodes, all dispatched at once;
+* diamond: four levels, a source, 49 parallel branches of two nodes each (level 2 then level 3)
+  and a join after all of them (1 + 49 + 49 + 1 nodes).
+
+Five ways to run each, in one process and one event loop per round:
+
+* raw asyncio, the floor: one task per node, level by level (`await create_task(noop())` for a
+  level of one node, `gather` of `create_task`s for a wider one);
+* pev + `MemoryStore`: `await pev.run(...)` of a plan of those nodes (`noop` as a query tool,
+  verification off, `RecoveryPolicy(max_parallel=100)`), task creation and planning included;
+* pev + `SQLiteStore`: the same run on a fresh file (opened before the clock starts);
+* LangGraph: a `StateGraph` with one async no-op node per node and edges matching the shape
+  (START to the sources, a waiting edge from all of a node's predecessors to it, the sinks to
+  END), compiled once without a checkpointer; `await graph.ainvoke(...)` is timed;
+* LangGraph + `AsyncSqliteSaver` (langgraph.checkpoint.sqlite.aio): the same graph compiled with
+  the checkpointer on a fresh file (opened and set up before the clock starts), invoked with a
+  `thread_id`, LangGraph's default durability.
+
+Every figure is the wall time divided by the nodes; each is the median of several rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pev
+from _report import machine_line, write_section
+from pev.testing import ScriptedPlanner
+
+try:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from langgraph.graph import END, START, StateGraph
+except ImportError as exc:  # pragma: no cover - the message is the point
+    raise SystemExit("bench_langgraph.py needs the bench extra: pip install -e '.[bench]'") from exc
+
+ROUNDS = 7
+NODES = 100
+RAW_RUNS = 50  # raw asyncio runs per shape and round: each is only a few hundred µs
+MEMORY_RUNS = 5  # pev runs per shape and round on MemoryStore
+GRAPH_RUNS = 3  # LangGraph runs per shape and round without a checkpointer
+QUERY = pev.Effect.QUERY
+
+# A shape is its nodes in order, each with its predecessors.
+Shape = Mapping[str, tuple[str, ...]]
+
+
+def _shapes(nodes: int) -> dict[str, Shape]:
+    width = (nodes - 2) // 2
+    diamond: dict[str, tuple[str, ...]] = {"source": ()}
+    diamond |= {f"a{i}": ("source",) for i in range(width)}
+    diamond |= {f"b{i}": (f"a{i}",) for i in range(width)}
+    diamond["join"] = tuple(f"b{i}" for i in range(width))
+    return {
+        "chain": {f"n{i}": (f"n{i - 1}",) if i else () for i in range(nodes)},
+        "fan-out": {f"n{i}": () for i in range(nodes)},
+        "diamond": diamond,
+    }
+
+
+SHAPES = _shapes(NODES)
+
+
+def _levels(shape: Shape) -> list[list[str]]:
+    """The shape's nodes grouped by depth: each level depends only on those before it."""
+    depth: dict[str, int] = {}
+    for name, after in shape.items():  # predecessors come first in every shape
+        depth[name] = 1 + max((depth[p] for p in after), default=-1)
+    levels: list[list[str]] = [[] for _ in range(max(depth.values()) + 1)]
+    for name, level in depth.items():
+        levels[level].append(name)
+    return levels
+
+
+LABELS = {
+    "chain": f"chain ({NODES} nodes)",
+    "fan-out": f"fan-out ({NODES} nodes)",
+    "diamond": "diamond (4 levels: "
+    + " + ".join(str(len(level)) for level in _levels(SHAPES["diamond"]))
+    + f" = {NODES} nodes)",
+}
+
+
+async def _noop() -> None:
+    return None
+
+
+noop = pev.tool(effect="query", name="noop")(_noop)
+
+
+# -- raw asyncio ----------------------------------------------------------------------------
+
+
+async def _raw_run(widths: list[int]) -> None:
+    for width in widths:
+        if width == 1:
+            await asyncio.create_task(_noop())
+        else:
+            await asyncio.gather(*[asyncio.create_task(_noop()) for _ in range(width)])
+
+
+async def _raw_per_node(case: str) -> float:
+    widths = [len(level) for level in _levels(SHAPES[case])]
+    gc.collect()
+    start = time.perf_counter()
+    for _ in range(RAW_RUNS):
+        await _raw_run(widths)
+    return (time.perf_counter() - start) / (RAW_RUNS * NODES)
+
+
+# -- pev ------------------------------------------------------------------------------------
+
+
+def _plan(case: str) -> pev.Plan:
+    return pev.Plan(
+        case,
+        tuple(
+            pev.PlanNode(name, tool="noop", effect=QUERY, after=after)
+            for name, after in SHAPES[case].items()
+        ),
+    )
+
+
+PLANS = {case: _plan(case) for case in SHAPES}
+POLICY = pev.RecoveryPolicy(max_nodes=NODES, max_parallel=NODES)
+
+
+async def _pev_seconds(case: str, store: pev.Store) -> float:
+    plan = PLANS[case]
+    start = time.perf_counter()
+    result = await pev.run(
+        "benchmark", planner=ScriptedPlanner(plan), tools=[noop], policy=POLICY, store=store
+    )
+    elapsed = time.perf_counter() - start
+    assert result.ok, result
+    assert len(result.outputs) == len(plan.nodes), result
+    return elapsed
+
+
+async def _pev_memory_per_node(case: str) -> float:
+    gc.collect()
+    total = 0.0
+    for _ in range(MEMORY_RUNS):
+        total += await _pev_seconds(case, pev.MemoryStore())
+    return total / (MEMORY_RUNS * NODES)
+
+
+async def _pev_sqlite_per_node(case: str, path: Path) -> float:
+    store = pev.SQLiteStore(path)
+    try:
+        gc.collect()
+        return await _pev_seconds(case, store) / NODES
+    finally:
+        await store.close()
+
+
+# -- LangGraph ------------------------------------------------------------------------------
+
+
+class _State(TypedDict, total=False):
+    n: int
+
+
+async def _graph_node(state: _State) -> None:
+    return None
+
+
+def _graph(case: str, node: Callable[[_State], Awaitable[None]] = _graph_node) -> Any:
+    """The shape as a LangGraph `StateGraph`, not yet compiled."""
+    shape = SHAPES[case]
+    graph = StateGraph(_State)
+    for name in shape:
+        graph.add_node(name, node)
+    successors = {p for after in shape.values() for p in after}
+    for name, after in shape.items():
+        if not after:
+            graph.add_edge(START, name)
+        elif len(after) == 1:
+            graph.add_edge(after[0], name)
+        else:
+            graph.add_edge(list(after), name)  # waits for all of them
+        if name not in successors:
+            graph.add_edge(name, END)
+    return graph
+
+
+# One superstep per level in the worst case (the chain); LangGraph's default limit is 25.
+CONFIG: dict[str, Any] = {"recursion_limit": NODES + 10}
+GRAPHS = {case: _graph(case).compile() for case in SHAPES}
+
+
+async def _graph_per_node(case: str) -> float:
+    graph = GRAPHS[case]
+    gc.collect()
+    start = time.perf_counter()
+    for _ in range(GRAPH_RUNS):
+        await graph.ainvoke({"n": 0}, CONFIG)
+    return (time.perf_counter() - start) / (GRAPH_RUNS * NODES)
+
+
+async def _graph_sqlite_per_node(case: str, path: Path) -> float:
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        await saver.setup()  # pev's store creates its schema when opened, before the clock
+        graph = _graph(case).compile(checkpointer=saver)
+        config = CONFIG | {"configurable": {"thread_id": "benchmark"}}
+        gc.collect()
+        start = time.perf_counter()
+        await graph.ainvoke({"n": 0}, config)
+        elapsed = time.perf_counter() - start
+        checkpoint = await saver.aget_tuple(config)
+    assert checkpoint is not None
+    return elapsed / NODES
+
+
+async def _check_graphs() -> None:
+    """Every LangGraph graph runs each of its nodes exactly once."""
+    for case, shape in SHAPES.items():
+        ran: list[None] = []
+
+        async def counted(state: _State, ran: list[None] = ran) -> None:
+            ran.append(None)
+
+        await _graph(case, counted).compile().ainvoke({"n": 0}, CONFIG)
+        assert len(ran) == len(shape), (case, len(ran))
+
+
+# -- rounds ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Samples:
+    raw: list[float] = field(default_factory=list)
+    pev_memory: list[float] = field(default_factory=list)
+    pev_sqlite: list[float] = field(default_factory=list)
+    graph: list[float] = field(default_factory=list)
+    graph_sqlite: list[float] = field(default_factory=list)
+
+
+async def _round(folder: Path, round_: int, samples: dict[str, _Samples]) -> None:
+    for case, into in samples.items():
+        into.raw.append(await _raw_per_node(case))
+        into.pev_memory.append(await _pev_memory_per_node(case))
+        into.graph.append(await _graph_per_node(case))
+        # Alternate which of the two disk-bound runs goes first.
+        if round_ % 2:
+            into.graph_sqlite.append(await _graph_sqlite_per_node(case, folder / f"{case}-lg.db"))
+            into.pev_sqlite.append(await _pev_sqlite_per_node(case, folder / f"{case}-pev.db"))
+        else:
+            into.pev_sqlite.append(await _pev_sqlite_per_node(case, folder / f"{case}-pev.db"))
+            into.graph_sqlite.append(await _graph_sqlite_per_node(case, folder / f"{case}-lg.db"))
+
+
+def bench() -> dict[str, _Samples]:
+    """Every shape's samples, one per round (after a check and a warm-up round)."""
+    asyncio.run(_check_graphs())
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(_round(Path(tmp), 1, {case: _Samples() for case in SHAPES}))
+    samples = {case: _Samples() for case in SHAPES}
+    for round_ in range(ROUNDS):
+        with tempfile.TemporaryDirectory() as tmp:
+            asyncio.run(_round(Path(tmp), round_, samples))
+    return samples
+
+
+# -- report ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Figures:
+    raw_us: float
+    pev_memory_us: float
+    pev_sqlite_us: float
+    graph_us: float
+    graph_sqlite_us: float
+
+    @property
+    def pev_over_raw(self) -> float:
+        return self.pev_memory_us / self.raw_us
+
+    @property
+    def leaner(self) -> float:
+        return self.graph_us / self.pev_memory_us
+
+    @property
+    def leaner_sqlite(self) -> float:
+        return self.graph_sqlite_us / self.pev_sqlite_us
+
+
+def _figures(s: _Samples) -> _Figures:
+    def median_us(values: list[float]) -> float:
+        return statistics.median(values) * 1e6
+
+    return _Figures(
+        raw_us=median_us(s.raw),
+        pev_memory_us=median_us(s.pev_memory),
+        pev_sqlite_us=median_us(s.pev_sqlite),
+        graph_us=median_us(s.graph),
+        graph_sqlite_us=median_us(s.graph_sqlite),
+    )
+
+
+def _at_most(ratio: float, target: float) -> str:
+    return "met" if ratio <= target else "**not met**"
+
+
+def _at_least(ratio: float, target: float) -> str:
+    return "met" if ratio >= target else "**not met**"
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.1f}x" if value < 10 else f"{value:.0f}x"
+
+
+def _table(figures: dict[str, _Figures]) -> str:
+    lines = [
+        (
+            "| µs per node | raw asyncio | pev + MemoryStore | LangGraph | pev + SQLiteStore | "
+            "LangGraph + AsyncSqliteSaver |"
+        ),
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {LABELS[case]} | {f.raw_us:.1f} | {f.pev_memory_us:.0f} | {f.graph_us:.0f} | "
+        f"{f.pev_sqlite_us:.0f} | {f.graph_sqlite_us:.0f} |"
+        for case, f in figures.items()
+    ]
+    lines += [
+        "",
+        (
+            "| ratio | pev + MemoryStore ÷ raw asyncio | LangGraph ÷ pev + MemoryStore | "
+            "LangGraph + AsyncSqliteSaver ÷ pev + SQLiteStore |"
+        ),
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {LABELS[case]} | {_ratio(f.pev_over_raw)}: {_at_most(f.pev_over_raw, 4)} | "
+        f"{_ratio(f.leaner)}: {_at_least(f.leaner, 8)} | "
+        f"{_ratio(f.leaner_sqlite)}: {_at_least(f.leaner_sqlite, 8)} |"
+        for case, f in figures.items()
+    ]
+    lines.append("| target | ≤ 4x | ≥ 8x (pev 8x leaner) | ≥ 8x (pev 8x leaner) |")
+    return "\n".join(lines)
+
+
+def _readme_table(figures: dict[str, _Figures]) -> str:
+    cases = list(figures)
+    head = " | ".join(case for case in cases)
+
+    def row(label: str, values: list[str], target: str) -> str:
+        return f"| {label} | {' | '.join(values)} | {target} |"
+
+    return "\n".join(
+        [
+            f"| per node, medians | {head} | target |",
+            "|---|" + "---|" * (len(cases) + 1),
+            row("pev in memory, µs", [f"{f.pev_memory_us:.0f}" for f in figures.values()], ""),
+            row(
+                "pev in memory ÷ raw asyncio",
+                [_ratio(f.pev_over_raw) for f in figures.values()],
+                "≤ 4x",
+            ),
+            row(
+                "LangGraph ÷ pev (no persistence)",
+                [_ratio(f.leaner) for f in figures.values()],
+                "≥ 8x",
+            ),
+            row(
+                "LangGraph + SQLite checkpointer ÷ pev + SQLite",
+                [_ratio(f.leaner_sqlite) for f in figures.values()],
+                "≥ 8x",
+            ),
+        ]
+    )
+
+
+def _write(path: Path, table: str) -> None:
+    body = (
+        f"{machine_line()}; medians of {ROUNDS} rounds ({RAW_RUNS} raw asyncio runs, "
+        f"{MEMORY_RUNS} pev in-memory runs, {GRAPH_RUNS} LangGraph runs, 1 run of each on "
+        "SQLite per shape and round). Command: `make bench` "
+        "(`python bench/bench_langgraph.py --write docs/benchmarks.md --readme README.md`)."
+        f"\n\n{table}"
+    )
+    write_section(path, "langgraph", body, heading="## Engine beside LangGraph")
+
+
+def _write_readme(path: Path, table: str) -> None:
+    body = (
+        f"{machine_line()}, by `make bench`: 100-node graphs of no-op async tools, pev, raw "
+        "asyncio and LangGraph in the same run. Method and all the figures: "
+        f"[docs/benchmarks.md](docs/benchmarks.md).\n\n{table}"
+    )
+    write_section(path, "bench", body, heading="## Benchmarks")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--write", type=Path, help="update the figures in this Markdown file")
+    parser.add_argument("--readme", type=Path, help="update the headline table in this README")
+    args = parser.parse_args(argv)
+    print(
+        f"benchmarking pev beside LangGraph: {len(SHAPES)} shapes x {ROUNDS} rounds ...",
+        file=sys.stderr,
+    )
+    figures = {case: _figures(s) for case, s in bench().items()}
+    table = _table(figures)
+    print(table)
+    if args.write:
+        _write(args.write, table)
+        print(f"wrote {args.write}", file=sys.stderr)
+    if args.readme:
+        _write_readme(args.readme, _readme_table(figures))
+        print(f"wrote {args.readme}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
