@@ -49,10 +49,12 @@ typecheck: $(TEST_STAMP)
 pytest: $(TEST_STAMP)
 	$(BIN)/pytest --cov --cov-report=term --cov-report=xml -p no:cacheprovider
 
-bench: $(BENCH_STAMP)  ## Kernel, ledger, engine and LangGraph benchmarks; writes docs/benchmarks.md and README.md.
+bench: $(BENCH_STAMP)  ## Kernel, ledger, engine, LangGraph, fault-suite and scale benchmarks; writes docs/benchmarks.md and README.md.
 	$(BIN)/python bench/bench_foundation.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_engine.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_langgraph.py --write docs/benchmarks.md --readme README.md
+	$(BIN)/python bench/bench_faults.py --write docs/benchmarks.md
+	$(BIN)/python bench/bench_scale.py --write docs/benchmarks.md
 
 clean:  ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage coverage.xml

@@ -65,7 +65,6 @@ from _report import machine_line, write_section
 from pev.engine import PlanRequest, VerifyRequest
 from pev.ledger import RevisionKind
 from pev.model import (
-    DeviceFailure,
     ExecutionRecord,
     RecordId,
     RecordStatus,
@@ -259,7 +258,8 @@ class Setup:
 
 
 def build(task: Task, seed: int) -> Setup:
-    rng = random.Random(f"{task.domain}/{task.input}/{task.fault}/{task.index}/{seed}")
+    where = f"{task.domain}/{task.input}/{task.fault}/{task.index}/{seed}"
+    rng = random.Random(where)  # noqa: S311 - it places faults; it guards no secret
     world = World()
     agent = WEATHER if task.domain == "weather" else CLAIMS
     if task.domain == "weather":
@@ -358,7 +358,7 @@ async def run_pev(setup: Setup) -> bool:
     return result.ok
 
 
-class RoundFailed(Exception):
+class RoundFailedError(Exception):
     """One pass of a baseline loop did not end in a passing verdict."""
 
 
@@ -375,7 +375,7 @@ def _resolve(value: Any, outputs: Mapping[str, Any]) -> Any:
 
 
 async def one_pass(setup: Setup, plan: pev.Plan, attempt: int) -> None:
-    """Run the plan's tools in order, then the verifier; raise `RoundFailed` unless it passes."""
+    """Run the plan's tools in order, then the verifier; `RoundFailedError` unless it passes."""
     tools = {t.name: t for t in setup.tools}
     outputs: dict[str, Any] = {}
     results: dict[str, Any] = {}
@@ -387,11 +387,11 @@ async def one_pass(setup: Setup, plan: pev.Plan, attempt: int) -> None:
         try:
             value = await asyncio.wait_for(tool.fn(**args), TIMEOUT_S)
         except TimeoutError as exc:
-            raise RoundFailed(f"{node.id}: timed out") from exc
+            raise RoundFailedError(f"{node.id}: timed out") from exc
         except Exception as exc:
-            raise RoundFailed(f"{node.id}: {exc}") from exc
+            raise RoundFailedError(f"{node.id}: {exc}") from exc
         if isinstance(value, VerifierFailure):
-            raise RoundFailed(f"{node.id}: {value.reason}")
+            raise RoundFailedError(f"{node.id}: {value.reason}")
         outputs[node.id] = value
         results[node.id] = Success(value)
         records.append(
@@ -421,10 +421,10 @@ async def one_pass(setup: Setup, plan: pev.Plan, attempt: int) -> None:
     try:
         verdict = await setup.verifier(request)
     except Exception as exc:
-        raise RoundFailed(f"verifier: {exc}") from exc
+        raise RoundFailedError(f"verifier: {exc}") from exc
     status = verdict.get("status") if isinstance(verdict, dict) else str(verdict.status)
     if status != "success":
-        raise RoundFailed(getattr(verdict, "feedback", "") or f"verdict: {status}")
+        raise RoundFailedError(getattr(verdict, "feedback", "") or f"verdict: {status}")
 
 
 def _initial(setup: Setup) -> PlanRequest:
@@ -442,14 +442,14 @@ async def run_blind_retry(setup: Setup) -> bool:
     attempts = iter(range(1, ROUNDS + 1))
     retrying = tenacity.AsyncRetrying(
         stop=tenacity.stop_after_attempt(ROUNDS),
-        retry=tenacity.retry_if_exception_type(RoundFailed),
+        retry=tenacity.retry_if_exception_type(RoundFailedError),
         reraise=True,
     )
     try:
         async for attempt in retrying:
             with attempt:
                 await one_pass(setup, plan, next(attempts))
-    except RoundFailed:
+    except RoundFailedError:
         return False
     return True
 
@@ -460,7 +460,7 @@ async def run_replan(setup: Setup) -> bool:
         plan = await setup.planner(request)
         try:
             await one_pass(setup, plan, attempt)
-        except RoundFailed as exc:
+        except RoundFailedError as exc:
             request = PlanRequest(
                 kind=RevisionKind.GLOBAL,
                 attempt=attempt + 1,
@@ -478,7 +478,7 @@ async def run_replan(setup: Setup) -> bool:
 async def run_no_recovery(setup: Setup) -> bool:
     try:
         await one_pass(setup, await setup.planner(_initial(setup)), 1)
-    except RoundFailed:
+    except RoundFailedError:
         return False
     return True
 
@@ -544,9 +544,9 @@ async def run_sim(task: Task, seed: int) -> Outcome:
     store = pev.MemoryStore()
     result = await run_demo(task.input, seed=seed, store=store)
     state = await pev.Ledger(store).state(result.task_id)
-    records = [r for r in state.records if r.status is not RecordStatus.PENDING]
-    unknown = {(r.tool, r.args_digest) for r in state.records if r.status == "unknown"}
-    actions = [(r.tool, r.args_digest) for r in state.records if r.effect == "action"]
+    records = list(state.records.values())
+    unknown = {(r.tool, r.args_digest) for r in records if r.status == "unknown"}
+    actions = [(r.tool, r.args_digest) for r in records if r.effect == "action"]
     repeated = sum(actions.count(key) - 1 for key in unknown)
     honest = FAULT_PATHS[Fault(task.input)].status == "succeeded"
     return Outcome(
@@ -591,8 +591,8 @@ async def suite(with_sim: bool) -> tuple[dict[str, list[Outcome]], list[Outcome]
                 outcomes[strategy].append(await run_software(task, seed, strategy))
     sim: list[Outcome] = []
     if with_sim:
-        for fault in SIM_FAULTS:
-            task = Task("sim", fault, SIM_FAULTS[fault], 0)
+        for fault, kind in SIM_FAULTS.items():
+            task = Task("sim", fault, kind, 0)
             sim.extend([await run_sim(task, seed) for seed in SEEDS])
     return outcomes, sim, time.perf_counter() - started
 
@@ -601,15 +601,22 @@ def report(outcomes: dict[str, list[Outcome]], sim: list[Outcome], elapsed: floa
     stats = {s: summarize(o) for s, o in outcomes.items()}
     n_tasks = len(tasks()) + len({o.task for o in sim})
     lines = [
-        f"{machine_line()}; {n_tasks} tasks ({len(tasks())} software, "
-        f"{len({o.task for o in sim})} simulator) × {len(SEEDS)} seeds, {elapsed:.0f} s in all. "
-        "Command: `make bench` (`python bench/bench_faults.py --write docs/benchmarks.md`).",
+        (
+            f"{machine_line()}; {n_tasks} tasks ({len(tasks())} software, "
+            f"{len({o.task for o in sim})} simulator) x {len(SEEDS)} seeds, "
+            f"{elapsed:.0f} s in all. "
+            "Command: `make bench` (`python bench/bench_faults.py --write docs/benchmarks.md`)."
+        ),
         "",
-        f"Software tasks ({len(tasks())} × {len(SEEDS)} seeds = "
-        f"{stats['pev']['runs']:.0f} runs per strategy):",
+        (
+            f"Software tasks ({len(tasks())} x {len(SEEDS)} seeds = "
+            f"{stats['pev']['runs']:.0f} runs per strategy):"
+        ),
         "",
-        "| strategy | truthful status | false successes | successes with the world goal unmet "
-        "| goal success | pass^4 | tool calls | repeated unknown actions | planner calls |",
+        (
+            "| strategy | truthful status | false successes | successes with the world goal unmet "
+            "| goal success | pass^4 | tool calls | repeated unknown actions | planner calls |"
+        ),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for strategy, s in stats.items():
@@ -638,8 +645,8 @@ def report(outcomes: dict[str, list[Outcome]], sim: list[Outcome], elapsed: floa
             + f"): truthful status {s['truthful']:.0%}, false successes {s['false']:.0f}, "
             f"goal success {s['success']:.0%}, pass^4 {s['pass_k']:.0%}, tool calls "
             f"{s['tool_calls']:.0f}, repeated unknown actions {s['repeated']:.0f}, "
-            f"revisions {s['planner_calls']:.0f}. The demo's honest status is its documented "
-            "path (`FAULT_PATHS`); a run is counted truthful when its status matches it.",
+            f"revisions {s['planner_calls']:.0f}. A demo run's honest status is success iff its "
+            "fault's documented path (`FAULT_PATHS`) ends `succeeded`.",
         ]
     best = max(stats[s]["success"] for s in STRATEGIES if s != "pev")
     p, blind = stats["pev"], stats["blind retry"]
@@ -652,6 +659,28 @@ def report(outcomes: dict[str, list[Outcome]], sim: list[Outcome], elapsed: floa
     ]
     lines += ["", "Targets for pev:", ""]
     lines += [f"* {name}: {'met' if ok else '**not met**'}" for name, ok in checks]
+    behind = []
+    for fault in FAULTS:
+        rate = {
+            strategy: statistics.fmean(
+                o.reported and o.honest for o in outcomes[strategy] if o.task.fault == fault
+            )
+            for strategy in STRATEGIES
+        }
+        leader = max(STRATEGIES[1:], key=rate.__getitem__)
+        if rate[leader] > rate["pev"]:
+            behind.append(f"`{fault}` ({leader} {rate[leader]:.0%}, pev {rate['pev']:.0%})")
+    if behind:
+        lines += [
+            "",
+            "Where pev's goal success trails a baseline: " + ", ".join(behind) + ". On "
+            "`timeout_unknown` the baselines re-send the action whose outcome was unknown: "
+            "publishing a bulletin again is harmless, so those weather runs end with the goal "
+            "met, while paying a claim again pays it twice (the false successes above). pev "
+            "never re-sends an action whose outcome is unknown and accepts the run as partial; "
+            "it would need the executor's `reconcile` (or an observation) to settle the record "
+            "and finish.",
+        ]
     return "\n".join(lines)
 
 
