@@ -14,8 +14,9 @@ from pev.codec import decode, encode
 from pev.engine import PlanRequest, report_usage
 from pev.errors import CodecError
 from pev.ledger import RevisionKind
-from pev.llm._chat import ChatMessage, ChatModel, ChatRequest
+from pev.llm._chat import ChatMessage, ChatRequest
 from pev.llm._prompt import (
+    Prompted,
     as_json,
     bullets,
     contract_sections,
@@ -118,7 +119,7 @@ def parse_plan(text: str) -> Plan:
         raise ValueError(f"the model's reply is not a plan: {exc}") from None
 
 
-class LLMPlanner:
+class LLMPlanner(Prompted):
     """Plans with a chat model: the initial plan, and local and global replans.
 
     The prompt carries SPEC §4's context: the input, contract, tool catalogue (signatures and
@@ -134,21 +135,9 @@ class LLMPlanner:
         temperature: Sampling temperature (``None``: the server's default).
     """
 
-    def __init__(
-        self, model: ChatModel, *, instructions: str = "", temperature: float | None = 0.0
-    ) -> None:
-        self.model = model
-        self.instructions = instructions
-        self.temperature = temperature
-
-    def __repr__(self) -> str:
-        return f"LLMPlanner({self.model!r})"
-
     def chat_request(self, request: PlanRequest) -> ChatRequest:
         """The chat request this planner sends for ``request`` (to inspect or log)."""
-        system = PLANNER_SYSTEM_PROMPT
-        if self.instructions.strip():
-            system += "\n\n" + section("Instructions for this agent", self.instructions)
+        system = self.system_prompt(PLANNER_SYSTEM_PROMPT)
         return ChatRequest(
             messages=(
                 ChatMessage(role="system", text=system),

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable
 
 from pev.codec import encode
+from pev.llm._chat import ChatModel
 from pev.model import ExecutionRecord, ToolSpec, VerificationContract
 
 __all__ = [
@@ -87,3 +88,23 @@ def records_text(records: Iterable[ExecutionRecord]) -> str:
             f"tool {record.tool!r} [{record.effect.value}]): {record.status.value}{error}"
         )
     return "\n".join(lines)
+
+
+class Prompted:
+    """What the LLM planner and verifier share: a model, extra instructions, a temperature."""
+
+    def __init__(
+        self, model: ChatModel, *, instructions: str = "", temperature: float | None = 0.0
+    ) -> None:
+        self.model = model
+        self.instructions = instructions
+        self.temperature = temperature
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model!r})"
+
+    def system_prompt(self, base: str) -> str:
+        """``base``, followed by this agent's own instructions when it has any."""
+        if not self.instructions.strip():
+            return base
+        return f"{base}\n\n" + section("Instructions for this agent", self.instructions)

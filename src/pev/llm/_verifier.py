@@ -11,8 +11,9 @@ import base64
 from typing import Any
 
 from pev.engine import VerifyRequest, report_usage
-from pev.llm._chat import ChatMessage, ChatModel, ChatRequest
+from pev.llm._chat import ChatMessage, ChatRequest
 from pev.llm._prompt import (
+    Prompted,
     as_json,
     bullets,
     contract_sections,
@@ -88,7 +89,7 @@ def verdict_schema(request: VerifyRequest) -> dict[str, Any]:
     }
 
 
-class LLMVerifier:
+class LLMVerifier(Prompted):
     """Verifies with a chat model; the engine classifies what it says.
 
     The prompt holds the contract's criteria (to answer each once, verbatim), the plan, the
@@ -103,21 +104,9 @@ class LLMVerifier:
         temperature: Sampling temperature (``None``: the server's default).
     """
 
-    def __init__(
-        self, model: ChatModel, *, instructions: str = "", temperature: float | None = 0.0
-    ) -> None:
-        self.model = model
-        self.instructions = instructions
-        self.temperature = temperature
-
-    def __repr__(self) -> str:
-        return f"LLMVerifier({self.model!r})"
-
     def chat_request(self, request: VerifyRequest) -> ChatRequest:
         """The chat request this verifier sends for ``request`` (to inspect or log)."""
-        system = VERIFIER_SYSTEM_PROMPT
-        if self.instructions.strip():
-            system += "\n\n" + section("Instructions for this agent", self.instructions)
+        system = self.system_prompt(VERIFIER_SYSTEM_PROMPT)
         text, images = verify_prompt(request)
         return ChatRequest(
             messages=(
