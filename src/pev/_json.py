@@ -141,16 +141,20 @@ def _default(value: object) -> object:
     raise TypeError(f"a {type(value).__name__} is not a JSON value")
 
 
+# One encoder for the process: json.dumps with these options would build a new one per call,
+# and every event the ledger seals is encoded at least twice.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True,
+    separators=(",", ":"),
+    ensure_ascii=False,
+    allow_nan=False,
+    default=_default,
+)
+
+
 def canonical_json(value: object) -> str:
     """The canonical text of a JSON value: sorted keys, no spaces, UTF-8, no NaN."""
-    return json.dumps(
-        value,
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-        default=_default,
-    )
+    return _CANONICAL.encode(value)
 
 
 def digest(value: object) -> str:
