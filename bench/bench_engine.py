@@ -39,7 +39,6 @@ import hashlib
 import io
 import itertools
 import pstats
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pev
+from _floor import raw_commit_floor
 from _report import machine_line, write_section
 from pev import codec
 from pev.ledger import LedgerEntry, apply, seal, summarize
@@ -160,32 +160,6 @@ async def _sqlite_run(case: str, path: Path) -> _SQLiteRun:
     return _SQLiteRun(seconds, len(entries), transactions)
 
 
-def _raw_commits(path: Path, entries: Sequence[LedgerEntry]) -> float:
-    """Seconds per raw durable commit of `entries`' rows, one transaction per row."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute(
-        "CREATE TABLE events (task_id TEXT NOT NULL, seq INTEGER NOT NULL, at TEXT NOT NULL, "
-        "schema INTEGER NOT NULL, kind TEXT NOT NULL, event TEXT NOT NULL, prev_hash TEXT NOT "
-        "NULL, hash TEXT NOT NULL, PRIMARY KEY (task_id, seq)) WITHOUT ROWID"
-    )
-    # The very rows pev wrote, encoded up front: the floor is the commit alone.
-    rows = [
-        (e.task_id, e.seq, codec.dumps(e.at), e.schema, e.event.kind, codec.dumps(e.event),
-         e.prev_hash, e.hash)
-        for e in entries
-    ]  # fmt: skip
-    start = time.perf_counter()
-    for row in rows:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - start
-    conn.close()
-    return elapsed / len(rows)
-
-
 # -- rounds ---------------------------------------------------------------------------------
 
 
@@ -207,9 +181,9 @@ async def _round(folder: Path, round_: int, samples: dict[str, _Samples]) -> Non
         # The floor commits the rows of an in-memory run of the same plan (same events).
         if round_ % 2:
             run = await _sqlite_run(case, folder / f"{case}.db")
-            into.floor.append(_raw_commits(folder / f"{case}-raw.db", entries))
+            into.floor.append(raw_commit_floor(folder / f"{case}-raw.db", entries))
         else:
-            into.floor.append(_raw_commits(folder / f"{case}-raw.db", entries))
+            into.floor.append(raw_commit_floor(folder / f"{case}-raw.db", entries))
             run = await _sqlite_run(case, folder / f"{case}.db")
         into.sqlite.append(run.seconds)
         into.events.append(run.events)

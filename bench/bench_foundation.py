@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -25,8 +24,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from _floor import raw_commit_floor
 from _report import machine_line, write_section
-from pev import codec
 from pev.kernel import Budget, Diagnosis, RootCause, decide
 from pev.ledger import CaptureFailed, Ledger, RevisionKind, RevisionStarted, seal
 from pev.model import (
@@ -110,14 +109,6 @@ async def _pev_appends(folder: Path, count: int) -> float:
 
 
 def _raw_commits(folder: Path, count: int) -> float:
-    conn = sqlite3.connect(folder / "raw.db", isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute(
-        "CREATE TABLE events (task_id TEXT NOT NULL, seq INTEGER NOT NULL, at TEXT NOT NULL, "
-        "schema INTEGER NOT NULL, kind TEXT NOT NULL, event TEXT NOT NULL, prev_hash TEXT NOT "
-        "NULL, hash TEXT NOT NULL, PRIMARY KEY (task_id, seq)) WITHOUT ROWID"
-    )
     # The very rows pev writes, prepared up front: the floor is the commit alone.
     entries = seal(
         "raw-task",  # type: ignore[arg-type]
@@ -126,19 +117,7 @@ def _raw_commits(folder: Path, count: int) -> float:
         prev_hash="0" * 64,
         at=NOW + timedelta(seconds=1),
     )
-    rows = [
-        (e.task_id, e.seq, codec.dumps(e.at), e.schema, e.event.kind, codec.dumps(e.event),
-         e.prev_hash, e.hash)
-        for e in entries
-    ]  # fmt: skip
-    start = time.perf_counter()
-    for row in rows:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - start
-    conn.close()
-    return elapsed / count
+    return raw_commit_floor(folder / "raw.db", entries)
 
 
 def bench_appends() -> tuple[float, float]:

@@ -95,6 +95,7 @@ PUBLIC = {
         "RootCause",
         "TaskStatus",
         "TerminalReason",
+        "deadline_passed",
         "decide",
         "diagnose",
         "outcome_allowed",

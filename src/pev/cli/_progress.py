@@ -12,9 +12,9 @@ from datetime import datetime
 from rich.console import Console
 from rich.text import Text
 
-from pev.cli._render import STATUS_STYLE
+from pev.cli._render import STATUS_STYLE, describe_decision
 from pev.engine import RunResult
-from pev.kernel import Decision, Finish, GlobalReplan, LocalReplan
+from pev.kernel import Decision, Finish
 from pev.ledger import (
     Diagnosed,
     Dispatched,
@@ -158,13 +158,8 @@ def _verdict(recorded: VerdictRecorded) -> Text:
 
 
 def _decision(decision: Decision) -> Text:
-    match decision:
-        case Finish(status=status, reason=reason):
-            return Text(f"finish {status}/{reason}", style=STATUS_STYLE.get(status, ""))
-        case LocalReplan(nodes=nodes):
-            return Text(f"local replan of {', '.join(sorted(nodes))}", style="cyan")
-        case GlobalReplan():
-            return Text("global replan", style="cyan")
+    style = STATUS_STYLE.get(decision.status, "") if isinstance(decision, Finish) else "cyan"
+    return Text(describe_decision(decision), style=style)
 
 
 def result_line(result: RunResult) -> Text:

@@ -23,7 +23,14 @@ from pev.ledger import (
 )
 from pev.model import CriterionStatus, RecordStatus, canonical_json
 
-__all__ = ["SHORT_ID", "STATUS_STYLE", "chain_report", "task_table", "timeline"]
+__all__ = [
+    "SHORT_ID",
+    "STATUS_STYLE",
+    "chain_report",
+    "describe_decision",
+    "task_table",
+    "timeline",
+]
 
 SHORT_ID = 8
 """How many leading characters of a task id the task list shows."""
@@ -181,13 +188,14 @@ def _decision(dispatched: Dispatched) -> RenderableType:
         case Finish(status=status, reason=reason, shadow=shadow):
             line.append(f"finish {status}/{reason}", style=STATUS_STYLE.get(status, ""))
             if shadow is not None:
-                line.append(f"  (recovery would have: {_describe(shadow)})", style="dim")
+                line.append(f"  (recovery would have: {describe_decision(shadow)})", style="dim")
         case LocalReplan() | GlobalReplan():
-            line.append(_describe(decision), style="cyan")
+            line.append(describe_decision(decision), style="cyan")
     return line
 
 
-def _describe(decision: Finish | LocalReplan | GlobalReplan) -> str:
+def describe_decision(decision: Finish | LocalReplan | GlobalReplan) -> str:
+    """A decision in words: ``finish succeeded/passed``, ``local replan of a, b``, ...."""
     match decision:
         case Finish(status=status, reason=reason):
             return f"finish {status}/{reason}"

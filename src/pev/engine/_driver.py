@@ -18,7 +18,6 @@ from typing import TypeVar
 from pev.engine._components import Components
 from pev.engine._planning import (
     append_feedback,
-    deadline_passed,
     merge_local,
     plan_request,
     redo_set,
@@ -35,7 +34,7 @@ from pev.engine._protocols import (
 from pev.engine._result import RunResult
 from pev.engine._round import Round
 from pev.errors import ConflictError, PevError, StateError, UsageError
-from pev.kernel import Budget, TaskStatus, TerminalReason, decide, diagnose
+from pev.kernel import Budget, TaskStatus, TerminalReason, deadline_passed, decide, diagnose
 from pev.ledger import (
     CaptureFailed,
     Diagnosed,

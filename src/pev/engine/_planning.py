@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
 from types import MappingProxyType
 
 from pev.engine._protocols import PlanRequest
@@ -168,8 +167,3 @@ def review_plan(
                 "change the action"
             )
     return problems
-
-
-def deadline_passed(now: datetime, deadline: datetime | None) -> bool:
-    """True at or after ``deadline``."""
-    return deadline is not None and now >= deadline

@@ -19,7 +19,7 @@ from collections.abc import (
     Iterable,
     Mapping,
 )
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from pev.engine._protocols import _NODE_CONTEXT, _THREADS, NodeContext
@@ -30,10 +30,9 @@ from pev.model import (
     JsonValue,
     NodeResult,
     PlanNode,
-    Success,
-    VerifierFailure,
     thaw_json,
 )
+from pev.model._results import as_node_result
 
 __all__ = ["ToolExecutor"]
 
@@ -127,7 +126,7 @@ class ToolExecutor:
             return DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
         finally:
             _NODE_CONTEXT.reset(token)
-        return _node_result(node.id, found.name, value)
+        return as_node_result(node.id, value, source=f"tool {found.name!r}")
 
     def _limit(self, chosen: Tool[..., Any], deadline: float | None, now: float) -> _Limit | None:
         limit: _Limit | None = None
@@ -226,18 +225,6 @@ def _timed_out(node_id: str, call: _Call, limit: _Limit, *, is_action: bool) -> 
     if is_action:
         note += "; the action may or may not have taken effect"
     return DeviceFailure(node_id, after + note, is_timeout=True, outcome_unknown=is_action)
-
-
-def _node_result(node_id: str, name: str, value: object) -> NodeResult:
-    if isinstance(value, Success):
-        return value
-    if isinstance(value, DeviceFailure | VerifierFailure):
-        # A tool does not know its node's id: the executor stamps it.
-        return value if value.node_id == node_id else replace(value, node_id=node_id)
-    try:
-        return Success(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        return DeviceFailure(node_id, f"tool {name!r} returned a non-JSON value ({exc})")
 
 
 # One lock per (event loop, resource): asyncio locks belong to one loop, and every executor on

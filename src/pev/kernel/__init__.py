@@ -15,7 +15,7 @@ from pev.kernel._actions import (
     LocalReplan,
     to_replan_action,
 )
-from pev.kernel._decide import Budget, Decision, Finish, decide
+from pev.kernel._decide import Budget, Decision, Finish, deadline_passed, decide
 from pev.kernel._diagnose import Diagnosis, RootCause, diagnose
 from pev.kernel._outcome import STATUS_REASONS, TaskStatus, TerminalReason, outcome_allowed
 
@@ -32,6 +32,7 @@ __all__ = [
     "RootCause",
     "TaskStatus",
     "TerminalReason",
+    "deadline_passed",
     "decide",
     "diagnose",
     "outcome_allowed",

@@ -11,7 +11,7 @@ from pev.kernel._diagnose import Diagnosis, RootCause
 from pev.kernel._outcome import TaskStatus, TerminalReason
 from pev.model import Reliability, Verdict, VerdictStatus, VerificationMode, passes
 
-__all__ = ["Budget", "Decision", "Finish", "decide"]
+__all__ = ["Budget", "Decision", "Finish", "deadline_passed", "decide"]
 
 
 # Keeps SPEC's positional signature `Budget(replans_used, max_replans=2, task_deadline=None)`.
@@ -129,6 +129,11 @@ def decide(
             assert_never(mode)
 
 
+def deadline_passed(now: datetime, deadline: datetime | None) -> bool:
+    """Whether ``deadline`` has passed: from its very instant on. Every deadline uses this rule."""
+    return deadline is not None and now >= deadline
+
+
 def _execution_outcome(executed_ok: bool) -> Finish:
     if executed_ok:
         return Finish(TaskStatus.SUCCEEDED, TerminalReason.EXECUTION_SUCCEEDED)
@@ -165,7 +170,7 @@ def _recovery(
                 return Finish(
                     TaskStatus.FAILED, TerminalReason.REPLAN_BUDGET_EXHAUSTED, detail=cause.detail
                 )
-            if budget.task_deadline is not None and now >= budget.task_deadline:
+            if deadline_passed(now, budget.task_deadline):
                 return Finish(
                     TaskStatus.FAILED, TerminalReason.TASK_DEADLINE_EXPIRED, detail=cause.detail
                 )

@@ -14,7 +14,15 @@ from types import MappingProxyType
 from typing import assert_never
 
 from pev.errors import StateError
-from pev.kernel import Decision, Finish, GlobalReplan, LocalReplan, TaskStatus, TerminalReason
+from pev.kernel import (
+    Decision,
+    Finish,
+    GlobalReplan,
+    LocalReplan,
+    TaskStatus,
+    TerminalReason,
+    deadline_passed,
+)
 from pev.ledger._events import (
     AwaitingReplan,
     CancelRequested,
@@ -117,7 +125,7 @@ def begin_replan(state: TaskState, *, now: datetime) -> tuple[Event, ...]:
                 detail=f"all {policy.max_replans} replans are spent",
             ),
         )
-    if _past(now, state.replan_deadline):
+    if deadline_passed(now, state.replan_deadline):
         return (_deadline_expired(state),)
     return (ReplanStarted(planning=_replan_kind(state), attempt=state.planner_calls + 1),)
 
@@ -203,7 +211,7 @@ def dispatch(state: TaskState, decision: Decision, *, now: datetime) -> tuple[Ev
 def expire(state: TaskState, *, now: datetime) -> tuple[Event, ...]:
     """Fail a task whose replan deadline has passed; ``()`` for any other task."""
     waiting = state.phase in (TaskPhase.AWAITING_REPLAN, TaskPhase.PLANNING)
-    if waiting and _past(now, state.replan_deadline):
+    if waiting and deadline_passed(now, state.replan_deadline):
         return (_deadline_expired(state),)
     return ()
 
@@ -243,10 +251,6 @@ def cancel_outcome(state: TaskState) -> TaskFinished:
     if left_unknown:
         detail = (detail + "; " if detail else "") + "an action's outcome is unknown"
     return finish(state, status, TerminalReason.CANCELLED, detail=detail)
-
-
-def _past(now: datetime, deadline: datetime | None) -> bool:
-    return deadline is not None and now >= deadline
 
 
 def _deadline_expired(state: TaskState) -> TaskFinished:

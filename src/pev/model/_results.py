@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Literal, TypeAlias
 
 from pev._json import JsonValue, freeze_json
 
-__all__ = ["DeviceFailure", "NodeResult", "Success", "VerifierFailure"]
+__all__ = ["DeviceFailure", "NodeResult", "Success", "VerifierFailure", "as_node_result"]
 
 
 # The three result types keep SPEC's positional signatures, which are public API.
@@ -52,3 +52,24 @@ class VerifierFailure:
 
 NodeResult: TypeAlias = Success | DeviceFailure | VerifierFailure
 """The result of one node: a success, a device failure or a node-level check failure."""
+
+
+def as_node_result(node_id: str, value: object, *, source: str) -> NodeResult:
+    """A tool's or function's return value as the result of node ``node_id``.
+
+    A node result passes through, stamped with the node's id (a tool does not know it); any
+    other value is a :class:`Success`, or a :class:`DeviceFailure` when JSON cannot hold it.
+
+    Args:
+        node_id: The node that ran.
+        value: What the tool or function returned.
+        source: Who returned it, for the failure message (``"tool 'pick'"``).
+    """
+    if isinstance(value, Success):
+        return value
+    if isinstance(value, DeviceFailure | VerifierFailure):
+        return value if value.node_id == node_id else replace(value, node_id=node_id)
+    try:
+        return Success(value)  # type: ignore[arg-type]  # freeze_json checks it at run time
+    except (TypeError, ValueError) as exc:
+        return DeviceFailure(node_id, f"{source} returned a non-JSON value ({exc})")

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from pev.errors import StoreError, UnknownTaskError
 from pev.experience import Episode, Lesson, LessonStatus, lesson_terms, search_terms
+from pev.kernel import deadline_passed
 from pev.ledger import GENESIS_HASH, LedgerEntry, TaskPhase, TaskSummary, check_batch
 from pev.model import TaskId
 
@@ -81,7 +82,7 @@ class MemoryStore:
             return tuple(
                 s.task_id
                 for s in self._summaries.values()
-                if s.replan_deadline is not None and s.replan_deadline <= now
+                if deadline_passed(now, s.replan_deadline)
             )
 
     async def save_episode(self, episode: Episode, *, supports: Collection[str] = ()) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
 from typing import Any, TypeAlias
 
 # The context variable behind current_node_context(): set here, as pev's tool executor does.
@@ -14,10 +13,9 @@ from pev.model import (
     ExecutionRecord,
     NodeResult,
     PlanNode,
-    Success,
-    VerifierFailure,
     thaw_json,
 )
+from pev.model._results import as_node_result
 from pev.testing._script import settle
 
 __all__ = ["DefaultHandler", "FunctionExecutor", "Reconciler"]
@@ -29,19 +27,6 @@ Reconciler: TypeAlias = Callable[
     [ExecutionRecord], NodeResult | Awaitable[NodeResult | None] | None
 ]
 """Settles an unfinished record on resume: ``(record) -> NodeResult | None``, sync or async."""
-
-
-def _as_result(node_id: str, name: str, value: object) -> NodeResult:
-    """Wrap a function's return value the way a tool's is wrapped."""
-    if isinstance(value, Success):
-        return value
-    if isinstance(value, DeviceFailure | VerifierFailure):
-        # As with tools, a function need not know its node's id: the executor stamps it.
-        return value if value.node_id == node_id else replace(value, node_id=node_id)
-    try:
-        return Success(value)  # type: ignore[arg-type]  # freeze_json checks it at run time
-    except (TypeError, ValueError) as exc:
-        return DeviceFailure(node_id, f"{name} returned a non-JSON value ({exc})")
 
 
 class FunctionExecutor:
@@ -126,7 +111,7 @@ class FunctionExecutor:
             return DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
         finally:
             _NODE_CONTEXT.reset(token)
-        return _as_result(node.id, name, value)
+        return as_node_result(node.id, value, source=name)
 
     async def _reconcile(self, record: ExecutionRecord) -> NodeResult | None:
         """Ask the ``reconcile`` function what an unfinished record really did."""
