@@ -218,6 +218,7 @@ PUBLIC = {
         "Observer",
         "PlanRequest",
         "Planner",
+        "Reconciler",
         "RunResult",
         "Tool",
         "ToolExecutor",

@@ -257,6 +257,25 @@ def test_the_verifier_prompt_holds_results_records_and_refs() -> None:
     assert chat.messages[1].images == ()
 
 
+def test_a_reconciled_record_says_what_was_established() -> None:
+    """A record of unknown outcome that a reconciliation settled is shown with the settlement."""
+    request = VerifyRequest(
+        task_id=TaskId("t1"),
+        input={"cup": "red"},
+        contract=CONTRACT,
+        plan=PLAN,
+        revision=1,
+        results={"look": Success({"cup": "left"}), "move": Success({"moved": True})},
+        records=(
+            record("look", RecordStatus.SUCCEEDED),
+            record("move", RecordStatus.UNKNOWN, error="timed out"),
+        ),
+        reconciled={RecordId("1:move"): Success({"moved": True})},
+    )
+    text = LLMVerifier(model=object()).chat_request(request).messages[1].text  # type: ignore[arg-type]
+    assert "unknown, error: timed out; reconciled afterwards as succeeded" in text
+
+
 def test_image_evidence_is_attached_as_an_image() -> None:
     """A PNG artifact becomes a data: URL image; other artifacts are only described."""
     evidence = (

@@ -22,7 +22,7 @@ from pev.engine._protocols import (
 )
 from pev.engine._result import RunResult
 from pev.engine._tool_executor import ToolExecutor
-from pev.engine._tools import Tool, ToolRegistry, tool
+from pev.engine._tools import Reconciler, Tool, ToolRegistry, tool
 
 __all__ = [
     "DEFAULT_CRITERION",
@@ -33,6 +33,7 @@ __all__ = [
     "Observer",
     "PlanRequest",
     "Planner",
+    "Reconciler",
     "RunResult",
     "Tool",
     "ToolExecutor",

@@ -42,6 +42,7 @@ from pev.ledger import (
     EvidenceCaptured,
     Ledger,
     NodeFinished,
+    RecordReconciled,
     Revision,
     RevisionKind,
     RevisionStarted,
@@ -69,9 +70,12 @@ from pev.model import (
     Evidence,
     EvidenceId,
     EvidencePhase,
+    ExecutionRecord,
     NodeResult,
     Plan,
     PlanNode,
+    RecordId,
+    RecordStatus,
     Reliability,
     Success,
     TaskId,
@@ -118,6 +122,7 @@ class Driver:
         self._lessons = lessons
         self._cancel = asyncio.Event()
         self._write_lock = asyncio.Lock()
+        self._asked: set[RecordId] = set()  # records whose reconcile was asked: once each
         self.last_usage: Usage | None = None
 
     # -- the loop -------------------------------------------------------------------------
@@ -412,11 +417,60 @@ class Driver:
         if self._c.observe is not None and not started:
             await self._observe(EvidencePhase.BEFORE)
         finished = await Round(self, revision.plan, number, revision.redo).run()
+        if not self.past_task_deadline():
+            await self._reconcile_unknown(number)
         if not finished:
             return  # cancelled or out of time: the loop ends the task
         if self._c.observe is not None:
             await self._observe(EvidencePhase.AFTER)
         await self.write([RoundExecuted(revision=number, executed_ok=executed_ok(self.state))])
+
+    async def _reconcile_unknown(self, number: int) -> None:
+        """Ask the executor what this round's calls of unknown outcome really did (SPEC §2.2).
+
+        A call that timed out or crashed may or may not have taken effect. When the executor
+        can tell (``reconcile(record)``), what it establishes settles the record with a
+        ``record_reconciled`` event, and the node's result is that from then on; the record
+        itself is never rewritten. An answer that is still "unknown" settles nothing.
+        """
+        if self._c.reconcile is None:
+            return
+        state = self.state
+        events: list[Event] = []
+        for record in state.records.values():
+            if (
+                record.revision != number
+                or record.status is not RecordStatus.UNKNOWN
+                or record.id in state.reconciled
+                or record.id in self._asked
+            ):
+                continue
+            result = await self._ask_reconcile(record)
+            if result is None or (isinstance(result, DeviceFailure) and result.outcome_unknown):
+                continue
+            events.append(
+                RecordReconciled(
+                    record_id=record.id,
+                    result=result,
+                    note="settled by the executor's reconcile after the round",
+                )
+            )
+        await self.write(events)
+
+    async def _ask_reconcile(self, record: ExecutionRecord) -> NodeResult | None:
+        """The executor's answer for one record, or ``None``; a reconcile that fails is logged."""
+        reconcile = self._c.reconcile
+        if reconcile is None:
+            return None
+        self._asked.add(record.id)
+        try:
+            async with asyncio.timeout(
+                self._bound(self.state.policy.node_timeout_s, self.remaining_s())
+            ):
+                return _as_result_or_none(await reconcile(record))
+        except Exception:
+            log.exception("pev: reconciling record %s failed", record.id)
+            return None
 
     async def _observe(self, phase: EvidencePhase) -> None:
         observe = self._c.observe
@@ -520,6 +574,11 @@ class Driver:
             records=lineage_records(state),
             evidence=state.evidence,
             lessons=self._lessons,
+            reconciled={
+                record_id: event.result
+                for record_id, event in state.reconciled.items()
+                if state.records[record_id].revision >= revision.lineage
+            },
         )
         own = state.policy.verify_timeout_s
         remaining = self.remaining_s()
@@ -561,12 +620,7 @@ class Driver:
         """
         events: list[Event] = []
         for record in unfinished_records(self.state):
-            result: NodeResult | None = None
-            if self._c.reconcile is not None:
-                try:
-                    result = _as_result_or_none(await self._c.reconcile(record))
-                except Exception:
-                    log.exception("pev: reconciling record %s failed", record.id)
+            result = await self._ask_reconcile(record)
             if result is None and record.effect is Effect.ACTION:
                 result = DeviceFailure(
                     record.node_id,

@@ -28,6 +28,7 @@ from pev.model import (
     NodeResult,
     Plan,
     PlanNode,
+    RecordId,
     RecordStatus,
     Success,
     TaskId,
@@ -55,6 +56,10 @@ T = TypeVar("T")
 
 
 def _frozen_map() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+def _no_reconciled() -> Mapping[RecordId, NodeResult]:
     return MappingProxyType({})
 
 
@@ -201,10 +206,13 @@ class VerifyRequest:
         contract: The verification contract (answer each criterion once, verbatim).
         plan: The plan that ran.
         revision: Its revision number.
-        results: Node id → result, in the current lineage.
+        results: Node id → result, in the current lineage; for a record of unknown outcome
+            that a reconciliation settled, the result it established.
         records: The execution records of the current lineage.
         evidence: Every observation captured so far.
         lessons: Lessons given to the planner, as advice.
+        reconciled: Record id → the result a ``record_reconciled`` event established for a
+            record whose outcome was unknown (the record itself still says ``unknown``).
     """
 
     task_id: TaskId
@@ -216,6 +224,7 @@ class VerifyRequest:
     records: tuple[ExecutionRecord, ...] = ()
     evidence: tuple[Evidence, ...] = ()
     lessons: tuple[str, ...] = ()
+    reconciled: Mapping[RecordId, NodeResult] = field(default_factory=_no_reconciled)
 
     @property
     def evidence_refs(self) -> tuple[str, ...]:
@@ -228,8 +237,14 @@ class VerifyRequest:
         return result.value if isinstance(result, Success) else None
 
     def record_ref(self, node_id: str) -> str | None:
-        """``record:<id>`` of the node's latest succeeded record, to cite; ``None`` if none."""
-        refs = [r.ref for r in self.records if r.node_id == node_id and r.status == "succeeded"]
+        """``record:<id>`` of the record behind a node's success, to cite; ``None`` if none.
+
+        That is the node's latest record when its result is a success: one that succeeded, or
+        one of unknown outcome that a reconciliation settled as a success.
+        """
+        if not isinstance(self.results.get(node_id), Success):
+            return None
+        refs = [r.ref for r in self.records if r.node_id == node_id]
         return refs[-1] if refs else None
 
     def node_calling(self, tool: str) -> PlanNode | None:

@@ -76,7 +76,8 @@ class Round:
                 self._done[node.id] = isinstance(lineage.get(node.id), Success)
         for record in state.records.values():
             if record.revision == number and record.terminal:
-                self._done[record.node_id] = record.status is RecordStatus.SUCCEEDED
+                # A record of unknown outcome that a reconciliation settled counts as settled.
+                self._done[record.node_id] = isinstance(lineage.get(record.node_id), Success)
         for skipped in state.skipped:
             if skipped.revision == number:
                 self._done[skipped.node_id] = False

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pev.engine._protocols import _NODE_CONTEXT, _THREADS, NodeContext
-from pev.engine._tools import Tool, ToolLike, ToolRegistry, check_timeout
+from pev.engine._tools import Tool, ToolLike, ToolRegistry, check_timeout, is_async
 from pev.model import (
     DeviceFailure,
     Effect,
+    ExecutionRecord,
     JsonValue,
     NodeResult,
     PlanNode,
@@ -127,6 +128,36 @@ class ToolExecutor:
         finally:
             _NODE_CONTEXT.reset(token)
         return as_node_result(node.id, value, source=f"tool {found.name!r}")
+
+    async def reconcile(self, record: ExecutionRecord) -> NodeResult | None:
+        """Ask the record's tool what a call whose outcome is unknown really did.
+
+        Calls the tool's ``reconcile`` (see :func:`~pev.engine.tool`), bounded by the tool's
+        timeout, else ``node_timeout_s``; a sync one runs in pev's thread pool. Returns its
+        result (a plain value ``v`` is ``Success(v)``), or ``None`` when the tool has no
+        ``reconcile`` or it cannot tell.
+
+        Raises:
+            TimeoutError: The reconcile function ran past the timeout.
+            Exception: Whatever the reconcile function raised (the engine logs it and leaves
+                the record as it was).
+        """
+        found = self._registry.get(record.tool) if record.tool is not None else None
+        if found is None or found.reconcile is None:
+            return None
+        check = found.reconcile
+        timeout = found.timeout_s if found.timeout_s is not None else self._node_timeout_s
+        async with asyncio.timeout(timeout):
+            if is_async(check):
+                value = await check(record)
+            else:
+                call = functools.partial(contextvars.copy_context().run, check, record)
+                value = await asyncio.wrap_future(_THREADS.submit(call))
+                if inspect.isawaitable(value):
+                    value = await value
+        if value is None:
+            return None
+        return as_node_result(record.node_id, value, source=f"tool {found.name!r}'s reconcile")
 
     def _limit(self, chosen: Tool[..., Any], deadline: float | None, now: float) -> _Limit | None:
         limit: _Limit | None = None

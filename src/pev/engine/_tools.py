@@ -27,16 +27,33 @@ from typing import Any, Generic, Literal, ParamSpec, TypeAlias, TypeVar, overloa
 
 from pev.model import (
     Effect,
+    ExecutionRecord,
     ToolParameter,
     ToolSpec,
 )
 
-__all__ = ["Tool", "ToolLike", "ToolRegistry", "check_timeout", "tool"]
+__all__ = [
+    "Reconciler",
+    "Tool",
+    "ToolLike",
+    "ToolRegistry",
+    "check_timeout",
+    "is_async",
+    "tool",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 EffectName: TypeAlias = Effect | Literal["query", "action"]
+
+Reconciler: TypeAlias = Callable[[ExecutionRecord], Any]
+"""Settles a record of a tool call whose outcome is unknown: ``reconcile(record)``, sync or async.
+
+It looks at the world (by the record's ``idempotency_key``, say) and returns what the call really
+did: a :class:`~pev.model.NodeResult`, a plain value meaning ``Success(value)``, or ``None`` when
+it cannot tell (the record stays ``unknown``).
+"""
 
 # How a type hint constrains the JSON value a plan may pass: a hint names one JSON type (or
 # several, for a union or a Literal); Any, object and a missing hint accept any value. Arrays and
@@ -79,6 +96,8 @@ class Tool(Generic[P, R]):
         resource: Tools with the same resource name never run at the same time.
         timeout_s: How long one call may take; ``None`` falls back to the executor's default.
         description: What the tool does, for the planner (default: the docstring's first line).
+        reconcile: Settles a call of this tool whose outcome is unknown (a timed-out action,
+            say), see :data:`Reconciler`; ``None``: such a call stays ``unknown``.
         spec: The name, effect and parameters that plan validation checks args against.
         is_async: Whether calling ``fn`` gives an awaitable to await (else it runs in a thread).
     """
@@ -89,6 +108,7 @@ class Tool(Generic[P, R]):
     resource: str | None = None
     timeout_s: float | None = None
     description: str = ""
+    reconcile: Reconciler | None = field(default=None, repr=False, compare=False)
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     is_async: bool = field(init=False, repr=False, compare=False)
 
@@ -105,6 +125,11 @@ class Tool(Generic[P, R]):
         ):
             raise ValueError(f"tool {self.name!r}: resource must be a non-empty name or None")
         check_timeout(self.timeout_s, f"tool {self.name!r}: timeout_s")
+        if self.reconcile is not None and not callable(self.reconcile):
+            raise TypeError(
+                f"tool {self.name!r}: reconcile must be a function of the record, "
+                f"got a {type(self.reconcile).__name__}"
+            )
         parameters = _parameters(self.fn, self.name)
         object.__setattr__(
             self,
@@ -116,7 +141,7 @@ class Tool(Generic[P, R]):
                 description=self.description,
             ),
         )
-        object.__setattr__(self, "is_async", _is_async(self.fn))
+        object.__setattr__(self, "is_async", is_async(self.fn))
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
@@ -140,6 +165,7 @@ def tool(
     resource: str | None = None,
     timeout_s: float | None = None,
     description: str | None = None,
+    reconcile: Reconciler | None = None,
 ) -> Tool[P, R]: ...
 
 
@@ -153,6 +179,7 @@ def tool(
     resource: str | None = None,
     timeout_s: float | None = None,
     description: str | None = None,
+    reconcile: Reconciler | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -165,6 +192,7 @@ def tool(
     resource: str | None = None,
     timeout_s: float | None = None,
     description: str | None = None,
+    reconcile: Reconciler | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Turn a sync or async function into a :class:`Tool`: ``@tool`` or ``@tool(effect=...)``.
 
@@ -175,10 +203,16 @@ def tool(
         resource: Tools sharing this name (one robot arm, say) never run at the same time.
         timeout_s: How long one call may take; default: the executor's ``node_timeout_s``.
         description: What it does, for the planner; default: the docstring's first line.
+        reconcile: ``reconcile(record)``, which tells what a call whose outcome is unknown
+            really did (a timed-out action that may have taken effect): a result, a value
+            meaning success, or ``None`` when it cannot tell. The engine asks it right after the
+            round in which the call ended ``unknown``, and on resume for calls a crash left
+            unfinished; what it establishes is a ``record_reconciled`` event.
 
     Raises:
         TypeError: The function takes ``*args``, ``**kwargs`` or positional-only parameters,
-            or a parameter's type hint is not a JSON type (plan args are named JSON values).
+            or a parameter's type hint is not a JSON type (plan args are named JSON values),
+            or ``reconcile`` is not callable.
         ValueError: An unknown effect, an empty name or resource, or a timeout that is not a
             positive number of seconds.
     """
@@ -193,6 +227,7 @@ def tool(
             resource=resource,
             timeout_s=timeout_s,
             description=_first_doc_line(function) if description is None else description,
+            reconcile=reconcile,
         )
 
     return decorate if fn is None else decorate(fn)
@@ -314,7 +349,8 @@ def _first_doc_line(fn: Callable[..., Any]) -> str:
     return doc.strip().split("\n", 1)[0].strip()
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` gives a coroutine (an async function or async ``__call__``)."""
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
     )

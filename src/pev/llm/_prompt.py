@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pev.codec import encode
 from pev.llm._chat import ChatModel
-from pev.model import ExecutionRecord, ToolSpec, VerificationContract
+from pev.model import (
+    ExecutionRecord,
+    NodeResult,
+    RecordId,
+    ToolSpec,
+    VerificationContract,
+    record_status_for,
+)
 
 __all__ = [
     "as_json",
@@ -78,11 +85,20 @@ def tools_text(tools: Iterable[ToolSpec]) -> str:
     return "\n".join(lines)
 
 
-def records_text(records: Iterable[ExecutionRecord]) -> str:
-    """One line per execution record: its reference, node, tool, effect, status and error."""
+def records_text(
+    records: Iterable[ExecutionRecord], reconciled: Mapping[RecordId, NodeResult] | None = None
+) -> str:
+    """One line per execution record: its reference, node, tool, effect, status and error.
+
+    A record of unknown outcome that a reconciliation settled says what was established.
+    """
     lines = []
+    settled = reconciled or {}
     for record in records:
         error = f", error: {record.error}" if record.error else ""
+        found = settled.get(record.id)
+        if found is not None:
+            error += f"; reconciled afterwards as {record_status_for(found).value}"
         lines.append(
             f"- {record.ref} (node {record.node_id!r} of revision {record.revision}, "
             f"tool {record.tool!r} [{record.effect.value}]): {record.status.value}{error}"

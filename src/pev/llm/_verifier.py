@@ -140,7 +140,9 @@ def verify_prompt(request: VerifyRequest) -> tuple[str, tuple[str, ...]]:
     results = dict(request.results)  # as_json sorts the keys
     parts.append(section("Node results, by node id", as_json(results) if results else "(none)"))
     if request.records:
-        parts.append(section("Execution records", records_text(request.records)))
+        parts.append(
+            section("Execution records", records_text(request.records, request.reconciled))
+        )
     evidence_text, images = _evidence(request.evidence)
     if evidence_text:
         parts.append(section("Observations", evidence_text))
