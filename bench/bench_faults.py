@@ -5,9 +5,10 @@ Run with `make bench` (or `python bench/bench_faults.py [--write docs/benchmarks
 Tasks. 210 software tasks over the two examples (`examples/weather`: three cities;
 `examples/claims`: claim CLM-1042, and CLM-2001 whose peril the policy does not cover, so its
 goal is unreachable), seven fault kinds each, six tasks per (input, fault) pair, plus 6 simulator
-tasks (`pev.sim.run_demo`, one per demo fault). Every task runs on 4 seeds; a seed places the
-fault (which tool crashes, which misspelling, ...). The examples' tools, contract and verifier
-are reused as they are, loaded by path; faults are injected by wrapping them:
+tasks (`pev.sim`'s demo, one per demo fault; see below). Every task runs on 4 seeds under each
+of the four strategies; a seed places the fault (which tool crashes, which misspelling, ...). The
+examples' tools, contract and verifier are reused as they are, loaded by path; faults are
+injected by wrapping them:
 
 * `none`: nothing goes wrong;
 * `tool_crash`: one tool of the plan (the seed picks it) raises on every call: the tool is broken;
@@ -30,7 +31,10 @@ that reports success when its honest status is not.
 
 Strategies, each with at most 3 rounds of execute + verify:
 
-* `pev`: `pev.run` in recovery mode, `RecoveryPolicy(max_replans=2)`;
+* `pev`: `pev.run` in recovery mode, `RecoveryPolicy(max_replans=2)`; the action tools carry a
+  `reconcile` that looks up what a call did by the idempotency key pev handed it (what a payment
+  or publishing API with idempotency keys offers), which pev asks about a call whose outcome is
+  unknown; the baselines call the functions directly and have no records to reconcile;
 * `blind retry`: a hand-written loop runs the plan's tools in order, then the verifier; any
   exception, failed node or failed verdict retries the whole plan, with `tenacity`
   (`stop_after_attempt(3)`); the plan is asked for once;
@@ -38,34 +42,56 @@ Strategies, each with at most 3 rounds of execute + verify:
   (the plan-and-execute pattern), up to 3 plans;
 * `no recovery`: the loop once.
 
-The simulator tasks run under `pev` only (the baselines would need their own arm driver).
+Simulator tasks. `pev.sim`'s demo (a Panda arm puts three cubes in a tray, in headless pybullet)
+with each of its faults: `none`; `dead-joint` (a tool_crash: the shoulder seizes before the
+second pick); `timeout` (a timeout_unknown: the arm controller does not answer within its step
+budget as it sets off with the red cube, and the `place` comes back as a `DeviceFailure` whose
+outcome is unknown: the arm's own timeout, counted in simulation steps); `camera` (a
+verifier_raises: the camera crashes, so perception raises); `slip` and `knock` (the wrong_step
+kind: a cube falls on the way, or all three are thrown out of the tray, and the plan has to
+change). Each run builds the demo's components the way `pev.sim.run_demo` does, in a fresh world,
+with the same fault injected on the same seed (a seed places the cubes and where a knock throws
+them): `SymbolicPlanner`, `sim_tools`, `SceneObserver` and `PerceptionVerifier`, counting tool
+and planner calls. pev runs them through `pev.run` as `run_demo` does (its contract and its
+policy: `max_replans=2`, one node at a time); the baselines through the same loops as the
+software tasks, which run the nodes in dependency order and capture the observer's evidence
+before and after each round, as the engine does, for the verifier. Ground truth comes from the
+physics world: the goal holds iff pybullet puts every cube in the tray once the world has come to
+rest; the honest status is then as above (the `camera` fault's verifier cannot establish it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import importlib.util
 import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tenacity
 
 import pev
 from _report import machine_line, write_section
-from pev.engine import PlanRequest, VerifyRequest
+from pev.engine import ObserveContext, PlanRequest, VerifyRequest
 from pev.ledger import RevisionKind
 from pev.model import (
+    DeviceFailure,
+    Evidence,
+    EvidenceId,
+    EvidencePhase,
     ExecutionRecord,
+    NodeResult,
     RecordId,
     RecordStatus,
     Success,
@@ -73,6 +99,9 @@ from pev.model import (
     VerifierFailure,
     canonical_json,
 )
+
+if TYPE_CHECKING:
+    from pev.sim import World as PhysicsWorld
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (0, 1, 2, 3)
@@ -130,6 +159,9 @@ class World:
     ever_unknown: set[str] = field(default_factory=set)
     unresolved: set[str] = field(default_factory=set)
     hung: set[str] = field(default_factory=set)
+    # What each pev call of an action did, by the idempotency key pev handed it: the lookup a
+    # payment or publishing API with idempotency keys offers, which the tools' reconcile uses.
+    by_key: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -145,7 +177,12 @@ def _key(name: str, kwargs: Mapping[str, Any]) -> str:
 
 
 def _wrap(tool: pev.engine.Tool, world: World, *, crash: bool, hang: bool) -> pev.engine.Tool:
-    """The tool again, counting calls, recording actions' effects, with its fault armed."""
+    """The tool again, counting calls, recording actions' effects, with its fault armed.
+
+    An action records what each call did under the idempotency key pev hands it (the baselines
+    call the function directly and have none), and its ``reconcile`` looks that up: pev asks it
+    about a call whose outcome is unknown, and an answer makes the outcome known.
+    """
     original = tool.fn
     action = tool.effect is pev.Effect.ACTION
 
@@ -153,8 +190,14 @@ def _wrap(tool: pev.engine.Tool, world: World, *, crash: bool, hang: bool) -> pe
     async def call(**kwargs: Any) -> Any:
         world.tool_calls += 1
         key = _key(tool.name, kwargs)
+        try:
+            idempotency_key: str | None = pev.engine.current_node_context().idempotency_key
+        except LookupError:
+            idempotency_key = None
         if action and key in world.ever_unknown:
             world.repeated_unknown += 1
+        if action and idempotency_key is not None:
+            world.by_key[idempotency_key] = (key, None)
         if crash:
             if action:
                 world.ever_unknown.add(key)
@@ -163,6 +206,8 @@ def _wrap(tool: pev.engine.Tool, world: World, *, crash: bool, hang: bool) -> pe
         value = original(**kwargs)
         if action:
             world.effects.append(value)
+            if idempotency_key is not None:
+                world.by_key[idempotency_key] = (key, Success(value))
         if hang and tool.name not in world.hung:
             world.hung.add(tool.name)
             world.ever_unknown.add(key)
@@ -171,12 +216,23 @@ def _wrap(tool: pev.engine.Tool, world: World, *, crash: bool, hang: bool) -> pe
         world.unresolved.discard(key)
         return value
 
+    def reconcile(record: ExecutionRecord) -> NodeResult | None:
+        found = world.by_key.get(record.idempotency_key)
+        if found is None:
+            return None  # pev never called it with this key: nothing to look up
+        key, result = found
+        world.unresolved.discard(key)  # the outcome is known now
+        if result is None:
+            return DeviceFailure(record.node_id, f"{tool.name}: no effect recorded for this call")
+        return result
+
     return pev.tool(
         call,
         name=tool.name,
         effect=tool.effect.value,
         timeout_s=TIMEOUT_S,
         description=tool.description,
+        reconcile=reconcile if action else None,
     )
 
 
@@ -252,9 +308,12 @@ class Setup:
     planner: Callable[[PlanRequest], Any]
     verifier: Callable[[VerifyRequest], Any]
     contract: pev.VerificationContract
-    input: dict[str, str]
+    input: dict[str, Any]
     goal_holds: Callable[[World], bool]
     trusted_verifier: bool
+    # The simulator's runs capture evidence before and after each round, as the engine does.
+    observer: Any = None
+    evidence: list[Evidence] = field(default_factory=list)
 
 
 def build(task: Task, seed: int) -> Setup:
@@ -374,24 +433,76 @@ def _resolve(value: Any, outputs: Mapping[str, Any]) -> Any:
     return value
 
 
+def _in_order(plan: pev.Plan) -> list[pev.PlanNode]:
+    """The plan's nodes in dependency order, in the plan's own order among those ready."""
+    done: set[str] = set()
+    pending = list(plan.nodes)
+    ordered: list[pev.PlanNode] = []
+    while pending:
+        node = next((n for n in pending if set(n.after) <= done), None)
+        if node is None:
+            raise ValueError(f"the plan's dependencies form a cycle: {[n.id for n in pending]}")
+        pending.remove(node)
+        done.add(node.id)
+        ordered.append(node)
+    return ordered
+
+
+async def _observe(
+    setup: Setup, phase: EvidencePhase, plan: pev.Plan, attempt: int, results: Mapping[str, Any]
+) -> None:
+    """Capture evidence as the engine does, before a round and after it (if the run observes)."""
+    if setup.observer is None:
+        return
+    context = ObserveContext(
+        task_id=TaskId("baseline"), revision=attempt, plan=plan, results=dict(results)
+    )
+    now = datetime.now(UTC)
+    for item in await setup.observer.observe(phase, context):
+        setup.evidence.append(
+            Evidence(
+                id=EvidenceId(f"{attempt}-{phase}-{len(setup.evidence) + 1}"),
+                phase=phase,
+                kind=item.kind,
+                source=item.source,
+                captured_at=now,
+                revision=attempt,
+                payload=item.payload,
+                artifact=item.artifact,
+                media_type=item.media_type,
+            )
+        )
+
+
 async def one_pass(setup: Setup, plan: pev.Plan, attempt: int) -> None:
-    """Run the plan's tools in order, then the verifier; `RoundFailedError` unless it passes."""
+    """Run the plan's tools in order, then the verifier; `RoundFailedError` unless it passes.
+
+    The order is the plan's dependency order; a run with an observer captures evidence before
+    and after the tools, as the engine does, and hands it to the verifier.
+    """
     tools = {t.name: t for t in setup.tools}
     outputs: dict[str, Any] = {}
     results: dict[str, Any] = {}
     records: list[ExecutionRecord] = []
     now = datetime.now(UTC)
-    for node in plan.nodes:
+    await _observe(setup, EvidencePhase.BEFORE, plan, attempt, results)
+    for node in _in_order(plan):
         tool = tools[str(node.tool)]
         args = _resolve(dict(node.args), outputs)
         try:
-            value = await asyncio.wait_for(tool.fn(**args), TIMEOUT_S)
+            value = await asyncio.wait_for(tool.fn(**args), tool.timeout_s)
         except TimeoutError as exc:
             raise RoundFailedError(f"{node.id}: timed out") from exc
         except Exception as exc:
             raise RoundFailedError(f"{node.id}: {exc}") from exc
+        # The simulator's tools return their failures: a controller that does not answer within
+        # its step budget is a DeviceFailure whose outcome is unknown (the arm's own timeout).
+        if isinstance(value, DeviceFailure):
+            raise RoundFailedError(f"{node.id}: {value.error}")
         if isinstance(value, VerifierFailure):
             raise RoundFailedError(f"{node.id}: {value.reason}")
+        if isinstance(value, Success):
+            value = value.value
         outputs[node.id] = value
         results[node.id] = Success(value)
         records.append(
@@ -409,6 +520,7 @@ async def one_pass(setup: Setup, plan: pev.Plan, attempt: int) -> None:
                 updated_at=now,
             )
         )
+    await _observe(setup, EvidencePhase.AFTER, plan, attempt, results)
     request = VerifyRequest(
         task_id=TaskId("baseline"),
         input=setup.input,
@@ -417,6 +529,7 @@ async def one_pass(setup: Setup, plan: pev.Plan, attempt: int) -> None:
         revision=attempt,
         results=results,
         records=tuple(records),
+        evidence=tuple(setup.evidence),
     )
     try:
         verdict = await setup.verifier(request)
@@ -492,6 +605,116 @@ RUNNERS = {
 
 
 # --------------------------------------------------------------------------------------------
+# The simulator tasks: `run_demo`'s components, driven by every strategy
+
+
+@dataclass
+class SimSetup(Setup):
+    """A simulator run's components; pev's run also notes whether it took its fault's path."""
+
+    demo_fault: str = "none"
+    documented_path: bool | None = None
+
+
+def _count_sim(tool: pev.engine.Tool[..., Any], world: World) -> pev.engine.Tool[..., Any]:
+    """A simulator tool again, counting calls and the actions whose outcome was left unknown.
+
+    The arm measures a hang in simulation steps and returns it as a `DeviceFailure` whose
+    outcome is unknown; a later call of the same action with the same args that succeeds
+    settles it (as `_wrap` does for the software tools).
+    """
+    original = tool.fn
+    action = tool.effect is pev.Effect.ACTION
+
+    @functools.wraps(original)
+    async def call(**kwargs: Any) -> Any:
+        world.tool_calls += 1
+        key = _key(tool.name, kwargs)
+        if action and key in world.ever_unknown:
+            world.repeated_unknown += 1
+        value = await original(**kwargs)
+        if isinstance(value, DeviceFailure) and value.outcome_unknown and action:
+            world.ever_unknown.add(key)
+            world.unresolved.add(key)
+        elif not isinstance(value, DeviceFailure | VerifierFailure):
+            world.unresolved.discard(key)
+        return value
+
+    return pev.tool(
+        call,
+        name=tool.name,
+        effect=tool.effect.value,
+        resource=tool.resource,
+        timeout_s=tool.timeout_s,
+        description=tool.description,
+    )
+
+
+@contextlib.contextmanager
+def build_sim(task: Task, seed: int) -> Iterator[SimSetup]:
+    """One simulator run, wired as `pev.sim.run_demo` wires it, with its demo fault armed.
+
+    Its goal is judged from the physics engine's own poses while the world is still open.
+    """
+    from pev import sim
+
+    with sim.World(seed=seed) as physics:
+        arm = sim.SimArm(physics)
+        camera = sim.Camera(physics)
+        sim.inject(sim.Fault(task.input), world=physics, arm=arm, camera=camera, seed=seed)
+        world = World()
+        symbolic = sim.SymbolicPlanner(physics.sensor)
+
+        async def planner(request: PlanRequest) -> pev.Plan:
+            world.planner_calls += 1
+            return await symbolic.plan(request)
+
+        yield SimSetup(
+            world=world,
+            tools=[_count_sim(t, world) for t in sim.sim_tools(physics, arm).values()],
+            planner=planner,
+            verifier=sim.PerceptionVerifier(camera).verify,
+            contract=sim.CONTRACT,
+            input={"goal": sim.GOAL, "seed": seed},
+            goal_holds=lambda _: _cubes_in_tray(physics),
+            trusted_verifier=task.input != sim.Fault.CAMERA,
+            observer=sim.SceneObserver(physics, camera),
+            demo_fault=task.input,
+        )
+
+
+def _cubes_in_tray(physics: PhysicsWorld) -> bool:
+    """Whether every cube lies in the tray, by the physics engine's own poses once at rest."""
+    physics.settle()
+    scene = physics.scene()
+    return all(scene.in_tray(cube) for cube in scene.objects)
+
+
+async def run_pev_sim(setup: Setup) -> bool:
+    """`pev.run` as `run_demo` runs it: with the observer, and `POLICY` (one node at a time)."""
+    from pev import sim
+
+    assert isinstance(setup, SimSetup)
+    store = pev.MemoryStore()
+    result = await pev.run(
+        setup.input,
+        planner=setup.planner,
+        tools=setup.tools,
+        verifier=setup.verifier,
+        observer=setup.observer,
+        contract=setup.contract,
+        policy=sim.POLICY,
+        store=store,
+    )
+    state = await pev.Ledger(store).state(result.task_id)
+    setup.documented_path = sim.path_taken(state) == sim.FAULT_PATHS[sim.Fault(setup.demo_fault)]
+    return result.ok
+
+
+SIM_RUNNERS = {**RUNNERS, "pev": run_pev_sim}
+
+
+# --------------------------------------------------------------------------------------------
 # The suite
 
 
@@ -506,6 +729,7 @@ class Outcome:
     tool_calls: int
     repeated_unknown: int
     planner_calls: int
+    documented_path: bool | None = None  # pev's simulator runs: took its fault's documented path
 
 
 def tasks() -> list[Task]:
@@ -519,9 +743,11 @@ def tasks() -> list[Task]:
     ]
 
 
-async def run_software(task: Task, seed: int, strategy: str) -> Outcome:
-    setup = build(task, seed)
-    reported = await RUNNERS[strategy](setup)
+def sim_tasks() -> list[Task]:
+    return [Task("sim", fault, kind, 0) for fault, kind in SIM_FAULTS.items()]
+
+
+def _judge(task: Task, seed: int, strategy: str, setup: Setup, reported: bool) -> Outcome:
     world = setup.world
     goal = setup.goal_holds(world)
     honest = goal and setup.trusted_verifier and not world.unresolved
@@ -538,28 +764,16 @@ async def run_software(task: Task, seed: int, strategy: str) -> Outcome:
     )
 
 
-async def run_sim(task: Task, seed: int) -> Outcome:
-    from pev.sim import FAULT_PATHS, Fault, run_demo
+async def run_software(task: Task, seed: int, strategy: str) -> Outcome:
+    setup = build(task, seed)
+    return _judge(task, seed, strategy, setup, await RUNNERS[strategy](setup))
 
-    store = pev.MemoryStore()
-    result = await run_demo(task.input, seed=seed, store=store)
-    state = await pev.Ledger(store).state(result.task_id)
-    records = list(state.records.values())
-    unknown = {(r.tool, r.args_digest) for r in records if r.status == "unknown"}
-    actions = [(r.tool, r.args_digest) for r in records if r.effect == "action"]
-    repeated = sum(actions.count(key) - 1 for key in unknown)
-    honest = FAULT_PATHS[Fault(task.input)].status == "succeeded"
-    return Outcome(
-        task,
-        seed,
-        "pev",
-        result.ok,
-        honest,
-        honest,
-        len(records),
-        repeated,
-        len(state.revisions),
-    )
+
+async def run_sim(task: Task, seed: int, strategy: str) -> Outcome:
+    with build_sim(task, seed) as setup:
+        reported = await SIM_RUNNERS[strategy](setup)
+        outcome = _judge(task, seed, strategy, setup, reported)  # while the world is open
+    return replace(outcome, documented_path=setup.documented_path)
 
 
 def summarize(outcomes: list[Outcome]) -> dict[str, float]:
@@ -582,37 +796,30 @@ def summarize(outcomes: list[Outcome]) -> dict[str, float]:
     }
 
 
-async def suite(with_sim: bool) -> tuple[dict[str, list[Outcome]], list[Outcome], float]:
+Outcomes = dict[str, list[Outcome]]  # strategy -> its runs
+
+
+async def suite(with_sim: bool) -> tuple[Outcomes, Outcomes, float, float]:
+    """Every task on every seed under every strategy: software and simulator runs, timings."""
     started = time.perf_counter()
-    outcomes: dict[str, list[Outcome]] = {s: [] for s in STRATEGIES}
+    outcomes: Outcomes = {s: [] for s in STRATEGIES}
     for task in tasks():
         for seed in SEEDS:
             for strategy in STRATEGIES:
                 outcomes[strategy].append(await run_software(task, seed, strategy))
-    sim: list[Outcome] = []
+    sim_started = time.perf_counter()
+    sim: Outcomes = {s: [] for s in STRATEGIES}
     if with_sim:
-        for fault, kind in SIM_FAULTS.items():
-            task = Task("sim", fault, kind, 0)
-            sim.extend([await run_sim(task, seed) for seed in SEEDS])
-    return outcomes, sim, time.perf_counter() - started
+        for task in sim_tasks():
+            for seed in SEEDS:
+                for strategy in STRATEGIES:
+                    sim[strategy].append(await run_sim(task, seed, strategy))
+    ended = time.perf_counter()
+    return outcomes, sim, ended - started, ended - sim_started
 
 
-def report(outcomes: dict[str, list[Outcome]], sim: list[Outcome], elapsed: float) -> str:
-    stats = {s: summarize(o) for s, o in outcomes.items()}
-    n_tasks = len(tasks()) + len({o.task for o in sim})
+def _strategy_table(stats: Mapping[str, Mapping[str, float]]) -> list[str]:
     lines = [
-        (
-            f"{machine_line()}; {n_tasks} tasks ({len(tasks())} software, "
-            f"{len({o.task for o in sim})} simulator) x {len(SEEDS)} seeds, "
-            f"{elapsed:.0f} s in all. "
-            "Command: `make bench` (`python bench/bench_faults.py --write docs/benchmarks.md`)."
-        ),
-        "",
-        (
-            f"Software tasks ({len(tasks())} x {len(SEEDS)} seeds = "
-            f"{stats['pev']['runs']:.0f} runs per strategy):"
-        ),
-        "",
         (
             "| strategy | truthful status | false successes | successes with the world goal unmet "
             "| goal success | pass^4 | tool calls | repeated unknown actions | planner calls |"
@@ -625,61 +832,223 @@ def report(outcomes: dict[str, list[Outcome]], sim: list[Outcome], elapsed: floa
             f"| {s['success']:.1%} | {s['pass_k']:.1%} | {s['tool_calls']:.0f} "
             f"| {s['repeated']:.0f} | {s['planner_calls']:.0f} |"
         )
-    lines += ["", "Goal success by fault kind (software tasks):", ""]
-    lines.append("| fault | " + " | ".join(STRATEGIES) + " |")
-    lines.append("|---|" + "---|" * len(STRATEGIES))
-    for fault in FAULTS:
+    return lines
+
+
+def _by_fault(
+    outcomes: Outcomes, faults: Iterable[str], key: Callable[[Task], str]
+) -> dict[str, dict[str, list[Outcome]]]:
+    """Fault -> strategy -> its runs on the tasks with that fault."""
+    return {
+        fault: {s: [o for o in outcomes[s] if key(o.task) == fault] for s in STRATEGIES}
+        for fault in faults
+    }
+
+
+def _fault_table(
+    groups: Mapping[str, Mapping[str, list[Outcome]]], label: Callable[[str], str]
+) -> list[str]:
+    lines = ["| fault | " + " | ".join(STRATEGIES) + " |", "|---|" + "---|" * len(STRATEGIES)]
+    for fault, runs in groups.items():
         cells = []
         for strategy in STRATEGIES:
-            group = [o for o in outcomes[strategy] if o.task.fault == fault]
+            group = runs[strategy]
             ok = sum(o.reported and o.honest for o in group) / len(group)
             false = sum(o.reported and not o.honest for o in group)
             cells.append(f"{ok:.0%}" + (f" ({false} false)" if false else ""))
-        lines.append(f"| {fault} | " + " | ".join(cells) + " |")
-    if sim:
-        s = summarize(sim)
-        lines += [
-            "",
-            f"Simulator tasks under pev ({len(sim)} runs, `run_demo` faults "
-            + ", ".join(f"`{k}` as {v}" for k, v in SIM_FAULTS.items())
-            + f"): truthful status {s['truthful']:.0%}, false successes {s['false']:.0f}, "
-            f"goal success {s['success']:.0%}, pass^4 {s['pass_k']:.0%}, tool calls "
-            f"{s['tool_calls']:.0f}, repeated unknown actions {s['repeated']:.0f}, "
-            f"revisions {s['planner_calls']:.0f}. A demo run's honest status is success iff its "
-            "fault's documented path (`FAULT_PATHS`) ends `succeeded`.",
-        ]
+        lines.append(f"| {label(fault)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _behind(groups: Mapping[str, Mapping[str, list[Outcome]]]) -> dict[str, str]:
+    """The faults on which a baseline reaches the goal more often than pev, with the rates."""
+    behind = {}
+    for fault, runs in groups.items():
+        rate = {s: statistics.fmean(o.reported and o.honest for o in runs[s]) for s in STRATEGIES}
+        leader = max(STRATEGIES[1:], key=rate.__getitem__)
+        if rate[leader] > rate["pev"]:
+            behind[fault] = f"`{fault}` ({leader} {rate[leader]:.0%}, pev {rate['pev']:.0%})"
+    return behind
+
+
+def _targets(stats: Mapping[str, Mapping[str, float]]) -> list[tuple[bool, str]]:
+    """pev's targets on one table, in `TARGETS`' order: met?, and the figures behind it."""
     best = max(stats[s]["success"] for s in STRATEGIES if s != "pev")
     p, blind = stats["pev"], stats["blind retry"]
     saving = 1 - p["tool_calls"] / blind["tool_calls"]
-    checks = [
-        ("zero false successes", p["false"] == 0 and (not sim or summarize(sim)["false"] == 0)),
-        ("zero repeated unknown actions", p["repeated"] == 0),
-        (f"goal success ≥ best baseline ({best:.1%})", p["success"] >= best),
-        (f"≥ 40% fewer tool calls than blind retry ({saving:.0%} fewer)", saving >= 0.40),
+    return [
+        (p["false"] == 0, f"{p['false']:.0f}"),
+        (p["repeated"] == 0, f"{p['repeated']:.0f}"),
+        (p["success"] >= best, f"pev {p['success']:.1%}, best baseline {best:.1%}"),
+        (saving >= 0.40, f"{saving:.0%} fewer"),
     ]
-    lines += ["", "Targets for pev:", ""]
-    lines += [f"* {name}: {'met' if ok else '**not met**'}" for name, ok in checks]
-    behind = []
-    for fault in FAULTS:
-        rate = {
-            strategy: statistics.fmean(
-                o.reported and o.honest for o in outcomes[strategy] if o.task.fault == fault
-            )
-            for strategy in STRATEGIES
-        }
-        leader = max(STRATEGIES[1:], key=rate.__getitem__)
-        if rate[leader] > rate["pev"]:
-            behind.append(f"`{fault}` ({leader} {rate[leader]:.0%}, pev {rate['pev']:.0%})")
+
+
+TARGETS = (
+    "zero false successes",
+    "zero repeated unknown actions",
+    "goal success ≥ best baseline",
+    "≥ 40% fewer tool calls than blind retry",
+)
+
+
+# Why pev trails a baseline on a demo fault, and why a baseline reports failure with the goal
+# met: what the simulator runs show, for the report's prose.
+_SIM_TRAILS = {
+    "timeout": (
+        "On `timeout` the baselines re-send the `place` whose outcome was unknown (their "
+        "repeated unknown actions above): the hung controller never moved, so the red cube hangs "
+        "in the gripper where it was lifted; the next round's `pick` opens the hand first (the "
+        "cube falls, and the pick finds nothing where `observe` saw it), the round after grasps "
+        "it from the table and re-sends the `place`, which this time puts it in the tray. pev "
+        "never re-sends an action whose outcome is unknown and accepts the run as partial, as "
+        "SPEC §10 and `FAULT_PATHS` have it: a hung controller is a device failure, which "
+        "re-planning cannot fix (even a `reconcile` that found the cube still in the gripper "
+        "would settle the move as not done: a device failure all the same). The baselines' "
+        "re-send happens to be harmless here because the stalled arm never moved; on a real arm "
+        "a hang does not prove that motion stopped."
+    ),
+}
+_SIM_MISSED = {
+    ("blind retry", "slip"): (
+        "On `slip` blind retry runs its one plan again whole: it picks the red cube up where it "
+        "fell and puts it in the tray, then goes to pick the green cube out of the tray, and the "
+        "arm does not reach its target within its step budget; the round fails with every cube "
+        "in the tray, and so does the next."
+    ),
+}
+
+
+def report(outcomes: Outcomes, sim: Outcomes, elapsed: float, sim_elapsed: float) -> str:
+    stats = {s: summarize(o) for s, o in outcomes.items()}
+    with_sim = any(sim.values())
+    n_sim = len(sim_tasks()) if with_sim else 0
+    lines = [
+        (
+            f"{machine_line()}; {len(tasks()) + n_sim} tasks ({len(tasks())} software, "
+            f"{n_sim} simulator) x {len(SEEDS)} seeds under each of the {len(STRATEGIES)} "
+            f"strategies, {elapsed:.0f} s in all"
+            + (f" ({sim_elapsed:.0f} s of it the simulator's)" if with_sim else "")
+            + ". Command: `make bench` (`python bench/bench_faults.py --write docs/benchmarks.md`)."
+        ),
+        "",
+        (
+            f"Software tasks ({len(tasks())} x {len(SEEDS)} seeds = "
+            f"{stats['pev']['runs']:.0f} runs per strategy):"
+        ),
+        "",
+        *_strategy_table(stats),
+        "",
+        "Goal success by fault kind (software tasks):",
+        "",
+    ]
+    software_groups = _by_fault(outcomes, FAULTS, lambda task: task.fault)
+    lines += _fault_table(software_groups, str)
+    sim_stats: dict[str, dict[str, float]] = {}
+    sim_groups: dict[str, dict[str, list[Outcome]]] = {}
+    if with_sim:
+        sim_stats = {s: summarize(o) for s, o in sim.items()}
+        sim_groups = _by_fault(sim, SIM_FAULTS, lambda task: task.input)
+        documented = [o.documented_path for o in sim["pev"]]
+        lines += [
+            "",
+            (
+                f"Simulator tasks ({n_sim} x {len(SEEDS)} seeds = "
+                f"{sim_stats['pev']['runs']:.0f} runs per strategy; `pev.sim`'s demo faults, "
+                "each standing for a fault kind above). Every strategy drives the demo's own "
+                "components, built as `run_demo` builds them in a fresh pybullet world with the "
+                "same fault injected on the same seed: pev through `pev.run` as `run_demo` runs "
+                "it, the baselines through the loops above, which capture the scene observer's "
+                "evidence before and after each round for the perception verifier. Ground truth "
+                "is the physics engine's: a run's goal holds iff, once the world is at rest, "
+                "pybullet puts all three cubes in the tray. Its honest status is success iff the "
+                "goal holds, the verifier could establish it (not on `camera`, whose verifier "
+                "raises) and no move was left with its outcome unknown (an arm controller that "
+                "did not answer within its step budget, its move never settled by a later call "
+                "with the same args that succeeded). pev took its fault's documented path "
+                f"(`FAULT_PATHS`) in {sum(d is True for d in documented)} of {len(documented)} "
+                "runs."
+            ),
+            "",
+            *_strategy_table(sim_stats),
+            "",
+            "Goal success by demo fault (simulator tasks):",
+            "",
+            *_fault_table(sim_groups, lambda fault: f"`{fault}` (as {SIM_FAULTS[fault]})"),
+        ]
+    tables = [("software", stats)]
+    if with_sim:
+        every = {s: summarize(outcomes[s] + sim[s]) for s in STRATEGIES}
+        tables = [("all tasks", every), *tables, ("simulator", sim_stats)]
+        lines += [
+            "",
+            (
+                f"All {len(tasks()) + n_sim} tasks together ({every['pev']['runs']:.0f} runs per "
+                "strategy):"
+            ),
+            "",
+            *_strategy_table(every),
+        ]
+    checked = [(name, _targets(s)) for name, s in tables]
+    lines += [
+        "",
+        (
+            "Targets for pev, on all the tasks together (the suite), and on the software and "
+            "the simulator tasks each on their own:"
+            if with_sim
+            else "Targets for pev (software tasks):"
+        ),
+        "",
+    ]
+    for index, target in enumerate(TARGETS):
+        verdicts = [
+            f"{name} {'met' if ok else '**not met**'} ({figures})"
+            for name, results in checked
+            for ok, figures in [results[index]]
+        ]
+        lines.append(f"* {target}: " + "; ".join(verdicts))
+    behind = _behind(software_groups)
     if behind:
         lines += [
             "",
-            "Where pev's goal success trails a baseline: " + ", ".join(behind) + ". On "
-            "`timeout_unknown` the baselines re-send the action whose outcome was unknown: "
-            "publishing a bulletin again is harmless, so those weather runs end with the goal "
-            "met, while paying a claim again pays it twice (the false successes above). pev "
-            "never re-sends an action whose outcome is unknown and accepts the run as partial; "
-            "it would need the executor's `reconcile` (or an observation) to settle the record "
-            "and finish.",
+            "Where pev's goal success trails a baseline on the software tasks: "
+            + ", ".join(behind.values())
+            + ".",
+        ]
+    lines += [
+        "",
+        (
+            "On `timeout_unknown` the blind retry and replan loops re-send the action whose "
+            "outcome was unknown: publishing a bulletin again is harmless, so those weather runs "
+            "end with the goal met, while paying a claim again pays it twice (their false "
+            "successes). pev never re-sends it: it asks the tool's `reconcile`, which finds the "
+            "call's effect by its idempotency key, settles the record (`record_reconciled`) and "
+            "goes on from what is known."
+        ),
+    ]
+    sim_behind = _behind(sim_groups)
+    if sim_behind:
+        lines += [
+            "",
+            "Where pev's goal success trails a baseline on the simulator tasks: "
+            + ", ".join(sim_behind.values())
+            + ". "
+            + " ".join(_SIM_TRAILS[f] for f in sim_behind if f in _SIM_TRAILS),
+        ]
+    missed = Counter(
+        (o.strategy, o.task.input)
+        for s in STRATEGIES
+        for o in sim[s]
+        if o.honest and not o.reported
+    )
+    if missed:
+        lines += [
+            "",
+            "Simulator runs that report failure although the goal holds and the verifier could "
+            "establish it (untruthful, but not false successes): "
+            + ", ".join(f"{strategy} on `{fault}` ({n})" for (strategy, fault), n in missed.items())
+            + ". "
+            + " ".join(_SIM_MISSED[pair] for pair in missed if pair in _SIM_MISSED),
         ]
     return "\n".join(lines)
 
@@ -689,8 +1058,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", type=Path, help="write the figures into this markdown file")
     parser.add_argument("--no-sim", action="store_true", help="skip the simulator tasks")
     args = parser.parse_args(argv)
-    outcomes, sim, elapsed = asyncio.run(suite(not args.no_sim))
-    body = report(outcomes, sim, elapsed)
+    outcomes, sim, elapsed, sim_elapsed = asyncio.run(suite(not args.no_sim))
+    body = report(outcomes, sim, elapsed, sim_elapsed)
     print(body)
     if args.write:
         write_section(args.write, "faults", body, heading="## Fault suite: recovery under faults")
