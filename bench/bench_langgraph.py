@@ -10,10 +10,14 @@ Three 100-node shapes of one no-op async function (`async def noop() -> None`):
 * diamond: four levels, a source, 49 parallel branches of two nodes each (level 2 then level 3)
   and a join after all of them (1 + 49 + 49 + 1 nodes).
 
-Five ways to run each, in one process and one event loop per round:
+Six ways to run each, in one process and one event loop per round:
 
 * raw asyncio, the floor: one task per node, level by level (`await create_task(noop())` for a
   level of one node, `gather` of `create_task`s for a wider one);
+* raw asyncio + pev's ledger writes: the same, plus the very events a pev run of the shape writes
+  (task created, revision started, each level's pending records with the finishes of the level
+  before, the round's end, the finish), through `pev.Ledger` on a `MemoryStore`: the ledger work
+  SPEC §5.2 asks of every run (fold, hash chain, index row), without the engine;
 * pev + `MemoryStore`: `await pev.run(...)` of a plan of those nodes (`noop` as a query tool,
   verification off, `RecoveryPolicy(max_parallel=100)`), task creation and planning included;
 * pev + `SQLiteStore`: the same run on a fresh file (opened before the clock starts);
@@ -43,6 +47,19 @@ from typing import Any, TypedDict
 
 import pev
 from _report import machine_line, write_section
+from pev.kernel import Finish, TaskStatus, TerminalReason
+from pev.ledger import (
+    Dispatched,
+    Event,
+    NodeDispatched,
+    NodeFinished,
+    RevisionKind,
+    RevisionStarted,
+    RoundExecuted,
+    finish,
+    utc_now,
+)
+from pev.model import ExecutionRecord, RecordId, RecordStatus, Success, digest
 from pev.testing import ScriptedPlanner
 
 try:
@@ -57,6 +74,7 @@ RAW_RUNS = 50  # raw asyncio runs per shape and round: each is only a few hundre
 MEMORY_RUNS = 5  # pev runs per shape and round on MemoryStore
 GRAPH_RUNS = 3  # LangGraph runs per shape and round without a checkpointer
 QUERY = pev.Effect.QUERY
+SUCCEEDED = RecordStatus.SUCCEEDED
 
 # A shape is its nodes in order, each with its predecessors.
 Shape = Mapping[str, tuple[str, ...]]
@@ -154,11 +172,14 @@ async def _pev_seconds(case: str, store: pev.Store) -> float:
     return elapsed
 
 
-async def _pev_memory_per_node(case: str) -> float:
+async def _in_memory_per_node(
+    run: Callable[[str, pev.Store], Awaitable[float]], case: str
+) -> float:
+    """Seconds per node of `MEMORY_RUNS` runs of `run`, each on a fresh `MemoryStore`."""
     gc.collect()
     total = 0.0
     for _ in range(MEMORY_RUNS):
-        total += await _pev_seconds(case, pev.MemoryStore())
+        total += await run(case, pev.MemoryStore())
     return total / (MEMORY_RUNS * NODES)
 
 
@@ -169,6 +190,70 @@ async def _pev_sqlite_per_node(case: str, path: Path) -> float:
         return await _pev_seconds(case, store) / NODES
     finally:
         await store.close()
+
+
+# -- the ledger floor -----------------------------------------------------------------------
+
+
+async def _ledger_floor_seconds(case: str, store: pev.Store) -> float:
+    """Raw asyncio plus the very events a pev run writes, through pev's `Ledger`: no engine.
+
+    The task's creation, its revision, each level's pending records (written with the level
+    before's finishes, as the engine's round does), the round's end and the finish: every event
+    folded, sealed into the hash chain and stored, as SPEC §5.2 asks of any run.
+    """
+    plan = PLANS[case]
+    ledger = pev.Ledger(store)
+    args_digest = digest({})
+    start = time.perf_counter()
+    state = await ledger.create("benchmark", policy=POLICY)
+    task_id = state.task_id
+    await ledger.write(
+        task_id,
+        [
+            RevisionStarted(
+                number=1, revision_kind=RevisionKind.INITIAL, reason="initial", plan=plan
+            )
+        ],
+    )
+    finished: list[Event] = []
+    for level in _levels(SHAPES[case]):
+        now = utc_now()
+        records = [
+            ExecutionRecord(
+                id=RecordId(f"1:{name}"),
+                task_id=task_id,
+                revision=1,
+                node_id=name,
+                tool="noop",
+                args_digest=args_digest,
+                effect=QUERY,
+                idempotency_key=f"{task_id}/1:{name}",
+                created_at=now,
+                updated_at=now,
+            )
+            for name in level
+        ]
+        await ledger.write(task_id, [*finished, *(NodeDispatched(record=r) for r in records)])
+        if len(level) == 1:
+            await asyncio.create_task(_noop())
+        else:
+            await asyncio.gather(*[asyncio.create_task(_noop()) for _ in level])
+        done = utc_now()
+        finished = [
+            NodeFinished(record_id=r.id, status=SUCCEEDED, result=Success(None), at=done)
+            for r in records
+        ]
+    await ledger.write(task_id, finished)
+    state, _ = await ledger.write(task_id, [RoundExecuted(revision=1, executed_ok=True)])
+    ending = Finish(TaskStatus.SUCCEEDED, TerminalReason.EXECUTION_SUCCEEDED)
+    await ledger.write(
+        task_id,
+        [Dispatched(revision=1, decision=ending), finish(state, ending.status, ending.reason)],
+    )
+    elapsed = time.perf_counter() - start
+    assert (await ledger.state(task_id)).terminal
+    return elapsed
 
 
 # -- LangGraph ------------------------------------------------------------------------------
@@ -247,6 +332,7 @@ async def _check_graphs() -> None:
 @dataclass(slots=True)
 class _Samples:
     raw: list[float] = field(default_factory=list)
+    ledger_floor: list[float] = field(default_factory=list)
     pev_memory: list[float] = field(default_factory=list)
     pev_sqlite: list[float] = field(default_factory=list)
     graph: list[float] = field(default_factory=list)
@@ -256,7 +342,8 @@ class _Samples:
 async def _round(folder: Path, round_: int, samples: dict[str, _Samples]) -> None:
     for case, into in samples.items():
         into.raw.append(await _raw_per_node(case))
-        into.pev_memory.append(await _pev_memory_per_node(case))
+        into.ledger_floor.append(await _in_memory_per_node(_ledger_floor_seconds, case))
+        into.pev_memory.append(await _in_memory_per_node(_pev_seconds, case))
         into.graph.append(await _graph_per_node(case))
         # Alternate which of the two disk-bound runs goes first.
         if round_ % 2:
@@ -285,6 +372,7 @@ def bench() -> dict[str, _Samples]:
 @dataclass(frozen=True, slots=True)
 class _Figures:
     raw_us: float
+    ledger_floor_us: float
     pev_memory_us: float
     pev_sqlite_us: float
     graph_us: float
@@ -293,6 +381,14 @@ class _Figures:
     @property
     def pev_over_raw(self) -> float:
         return self.pev_memory_us / self.raw_us
+
+    @property
+    def floor_over_raw(self) -> float:
+        return self.ledger_floor_us / self.raw_us
+
+    @property
+    def pev_over_floor(self) -> float:
+        return self.pev_memory_us / self.ledger_floor_us
 
     @property
     def leaner(self) -> float:
@@ -309,6 +405,7 @@ def _figures(s: _Samples) -> _Figures:
 
     return _Figures(
         raw_us=median_us(s.raw),
+        ledger_floor_us=median_us(s.ledger_floor),
         pev_memory_us=median_us(s.pev_memory),
         pev_sqlite_us=median_us(s.pev_sqlite),
         graph_us=median_us(s.graph),
@@ -331,14 +428,14 @@ def _ratio(value: float) -> str:
 def _table(figures: dict[str, _Figures]) -> str:
     lines = [
         (
-            "| µs per node | raw asyncio | pev + MemoryStore | LangGraph | pev + SQLiteStore | "
-            "LangGraph + AsyncSqliteSaver |"
+            "| µs per node | raw asyncio | raw asyncio + pev's ledger writes | pev + MemoryStore | "
+            "LangGraph | pev + SQLiteStore | LangGraph + AsyncSqliteSaver |"
         ),
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {LABELS[case]} | {f.raw_us:.1f} | {f.pev_memory_us:.0f} | {f.graph_us:.0f} | "
-        f"{f.pev_sqlite_us:.0f} | {f.graph_sqlite_us:.0f} |"
+        f"| {LABELS[case]} | {f.raw_us:.1f} | {f.ledger_floor_us:.0f} | {f.pev_memory_us:.0f} | "
+        f"{f.graph_us:.0f} | {f.pev_sqlite_us:.0f} | {f.graph_sqlite_us:.0f} |"
         for case, f in figures.items()
     ]
     lines += [
@@ -356,6 +453,18 @@ def _table(figures: dict[str, _Figures]) -> str:
         for case, f in figures.items()
     ]
     lines.append("| target | ≤ 4x | ≥ 8x (pev 8x leaner) | ≥ 8x (pev 8x leaner) |")
+    lines += [
+        "",
+        (
+            "| where pev's time goes (in memory) | ledger writes alone ÷ raw asyncio | "
+            "pev ÷ its ledger writes alone (the engine's own share) |"
+        ),
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {LABELS[case]} | {_ratio(f.floor_over_raw)} | {_ratio(f.pev_over_floor)} |"
+        for case, f in figures.items()
+    ]
     return "\n".join(lines)
 
 
@@ -377,6 +486,11 @@ def _readme_table(figures: dict[str, _Figures]) -> str:
                 "≤ 4x",
             ),
             row(
+                "of which pev's ledger writes alone ÷ raw asyncio",
+                [_ratio(f.floor_over_raw) for f in figures.values()],
+                "",
+            ),
+            row(
                 "LangGraph ÷ pev (no persistence)",
                 [_ratio(f.leaner) for f in figures.values()],
                 "≥ 8x",
@@ -393,7 +507,8 @@ def _readme_table(figures: dict[str, _Figures]) -> str:
 def _write(path: Path, table: str) -> None:
     body = (
         f"{machine_line()}; medians of {ROUNDS} rounds ({RAW_RUNS} raw asyncio runs, "
-        f"{MEMORY_RUNS} pev in-memory runs, {GRAPH_RUNS} LangGraph runs, 1 run of each on "
+        f"{MEMORY_RUNS} runs of the ledger writes alone, {MEMORY_RUNS} pev in-memory runs, "
+        f"{GRAPH_RUNS} LangGraph runs, 1 run of each on "
         "SQLite per shape and round). Command: `make bench` "
         "(`python bench/bench_langgraph.py --write docs/benchmarks.md --readme README.md`)."
         f"\n\n{table}"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import enum
 import json
 from datetime import UTC, datetime, timedelta, timezone
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -34,6 +36,7 @@ from pev.model import (
     VerificationContract,
     VerificationMode,
     VerifierFailure,
+    canonical_json,
     freeze_json,
 )
 
@@ -181,6 +184,65 @@ def test_dumps_is_canonical(value_and_type: tuple[object, Any]) -> None:
 
     assert text == _canonical(text)
     assert codec.dumps(codec.loads(text, into)) == text
+
+
+@given(VALUES)
+def test_dumps_is_the_canonical_json_of_encode(value_and_type: tuple[object, Any]) -> None:
+    """dumps, which writes text directly, gives exactly the canonical JSON of encode's output."""
+    value, _ = value_and_type
+
+    assert codec.dumps(value) == canonical_json(codec.encode(value))
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+class _Name(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(
+            {"b": _Colour.RED, 2: [1.5, None, True], "a": (_Level.HIGH,)}, id="mixed-keys"
+        ),
+        pytest.param(frozenset({"b", "a", "c"}), id="set"),
+        pytest.param({_Name("k"): _Name('say "hi"\n')}, id="str-subclass"),
+        pytest.param(b"\x00\xffbytes", id="bytes"),
+        pytest.param(
+            datetime(2024, 5, 1, 14, 30, 1, 5, tzinfo=timezone(timedelta(hours=2))), id="tz"
+        ),
+        pytest.param(T0.replace(microsecond=7), id="utc-micro"),
+        pytest.param(MappingProxyType({"z": "é", "a": "\u2028"}), id="read-only-mapping"),
+        pytest.param(((), {}, [], JsonObject()), id="empty-containers"),
+        pytest.param(10**30, id="big-int"),
+    ],
+)
+def test_dumps_matches_encode_on_values_beyond_the_model(value: object) -> None:
+    """Enums, sets, str subclasses, bytes, zoned times, odd keys: the same text either way."""
+    assert codec.dumps(value) == canonical_json(codec.encode(value))
+
+
+@pytest.mark.parametrize("value", [float("nan"), (1.0, float("inf"))], ids=["nan", "inf"])
+def test_dumps_refuses_a_non_finite_float_as_the_json_encoder_does(value: object) -> None:
+    """NaN and infinities are not JSON: the same ValueError as the canonical encoder's."""
+    with pytest.raises(ValueError, match="Out of range float values") as ours:
+        codec.dumps(value)
+    with pytest.raises(ValueError, match="Out of range float values") as theirs:
+        canonical_json(codec.encode(value))
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_dumps_rejects_an_unknown_type() -> None:
+    """Something the codec does not know is a CodecError from dumps too."""
+    with pytest.raises(CodecError, match="a object cannot be encoded"):
+        codec.dumps({"payload": [object()]})
 
 
 @given(VALUES)

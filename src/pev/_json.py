@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TypeAlias, TypeGuard
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
+from typing import TypeAlias, TypeGuard, TypeVar, overload
 
 __all__ = [
     "JsonObject",
@@ -24,6 +24,8 @@ __all__ = [
     "json_type_name",
     "thaw_json",
 ]
+
+_T = TypeVar("_T")
 
 JsonValue: TypeAlias = (
     "bool | int | float | str | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
@@ -58,6 +60,29 @@ class JsonObject(Mapping[str, "JsonValue"]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    # The read-only views of the dict behind it: the Mapping mixins would go through
+    # __getitem__ one key at a time (and `get` / `in` through a KeyError for a missing key).
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    @overload
+    def get(self, key: str, /) -> JsonValue | None: ...
+
+    @overload
+    def get(self, key: str, /, default: JsonValue | _T) -> JsonValue | _T: ...
+
+    def get(self, key: str, /, default: object = None) -> object:
+        return self._items.get(key, default)
+
+    def keys(self) -> KeysView[str]:
+        return self._items.keys()
+
+    def values(self) -> ValuesView[JsonValue]:
+        return self._items.values()
+
+    def items(self) -> ItemsView[str, JsonValue]:
+        return self._items.items()
 
     def __hash__(self) -> int:
         if self._hash is None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import pytest
 
 import pev
 from pev.engine import PlanRequest, VerifyRequest, current_node_context
@@ -132,6 +134,35 @@ async def test_cancelling_an_ended_task_changes_nothing(engine: Engine) -> None:
     assert state.finished is not None
     assert state.finished.reason is TerminalReason.EXECUTION_SUCCEEDED
     assert await engine.kinds(result.task_id) == before
+
+
+async def test_a_node_task_cancelled_before_it_ran_stops_the_round(engine: Engine) -> None:
+    """A node's task cancelled by someone else before its first step: the run does not hang.
+
+    Such a task cannot tell the round it ended, so the round learns it from the task itself
+    and passes the cancellation on, as it does for any node task that ends cancelled.
+    """
+
+    def cancel_nodes(
+        loop: asyncio.AbstractEventLoop, coro: Any, **options: Any
+    ) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, **options)
+        if getattr(coro, "__qualname__", "") == "Round._run_node":
+            task.cancel()
+        return task
+
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(cancel_nodes)
+    try:
+        executor = FunctionExecutor({"slow": lambda: "done", "next": lambda: "done"})
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(
+                engine.run(planner=ScriptedPlanner(_slow_then_more("query")), executor=executor),
+                WAIT_S,
+            )
+    finally:
+        loop.set_task_factory(None)
+    assert executor.calls == {}
 
 
 # -- the task deadline ------------------------------------------------------------------------

@@ -136,6 +136,18 @@ def test_json_object_is_read_only() -> None:
         obj["a"] = 2  # type: ignore[index]
 
 
+def test_json_object_reads_like_the_dict_it_holds() -> None:
+    """get, in, keys, values and items answer as a dict's would, in insertion order."""
+    source = {"b": 1, "a": None}
+    obj = JsonObject(source)
+
+    assert (obj.get("b"), obj.get("a", 5), obj.get("z"), obj.get("z", 5)) == (1, None, None, 5)
+    assert ("a" in obj, "z" in obj) == (True, False)
+    assert (list(obj.keys()), list(obj.values())) == (["b", "a"], [1, None])
+    assert list(obj.items()) == [("b", 1), ("a", None)]
+    assert obj.items() == source.items()
+
+
 def test_json_object_does_not_share_the_source_dict() -> None:
     """Changing the dict a JsonObject was built from does not change the JsonObject."""
     source: dict[str, object] = {"a": 1}

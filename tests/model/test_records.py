@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import FrozenInstanceError
+from dataclasses import FrozenInstanceError, fields, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -117,6 +117,19 @@ def test_advance_does_not_change_the_original() -> None:
     record.advance(RecordStatus.RUNNING, at=T0)
 
     assert record.status is RecordStatus.PENDING
+
+
+def test_advance_keeps_every_other_field() -> None:
+    """advance() changes status, time and error only; every other field is carried over."""
+    record = _record(RecordStatus.RUNNING)
+    later = T0 + timedelta(seconds=3)
+
+    moved = record.advance(RecordStatus.FAILED, at=later, error="jammed")
+
+    assert moved == replace(record, status=RecordStatus.FAILED, updated_at=later, error="jammed")
+    for field in fields(ExecutionRecord):
+        if field.name not in {"status", "updated_at", "error"}:
+            assert getattr(moved, field.name) == getattr(record, field.name), field.name
 
 
 def test_advance_records_the_error() -> None:

@@ -305,7 +305,8 @@ class Driver:
     def node_timeout(self, node: PlanNode) -> float | None:
         """The node's timeout: its tool's own, else the policy's, within the task deadline."""
         own = self._c.tool_timeouts.get(node.tool or "") or self.state.policy.node_timeout_s
-        return self._bound(own, self.remaining_s())
+        remaining = self.remaining_s()
+        return own if remaining is None else self._bound(own, remaining)
 
     async def execute(self, node: PlanNode, context: NodeContext) -> object:
         """Call the executor."""

@@ -5,6 +5,10 @@ node wakes only its own dependents. Each pass writes one transaction holding the
 finished since the last one, the skips they cause and the pending records of the nodes about to
 start, so a chain costs one commit per node and a wave of parallel nodes shares one. A pending
 record is always committed before its tool is called.
+
+Each node runs in its own task (its own context, cancelled on its own), and tells the round it
+has ended as its last step, so the round wakes in the next turn of the event loop without
+registering callbacks on every running task each time it waits (as ``asyncio.wait`` would).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from pev.model import (
     VerifierFailure,
     digest,
     freeze_json,
+    iter_refs,
     record_status_for,
 )
 
@@ -88,13 +93,18 @@ class Round:
             for dep in node.after:
                 self._dependents.setdefault(dep, []).append(node.id)
         self._ready: dict[str, PlanNode] = {}
+        # Nodes whose args hold a $ref: only they need their args resolved at dispatch.
+        self._with_refs = {node.id for node in plan.nodes if _has_refs(node.args)}
+        self._running: dict[str, asyncio.Task[_Outcome]] = {}
+        self._ended: dict[str, None] = {}  # running nodes whose task has ended, in that order
+        self._waiter: asyncio.Future[None] | None = None
 
     async def run(self) -> bool:
         """Run the round; True if every node was dispatched or skipped (not cancelled or late)."""
         d = self._d
         limit = d.state.policy.max_parallel
         events: list[Event] = self._wake(list(self._pending))
-        running: dict[asyncio.Task[_Outcome], str] = {}
+        running = self._running
         try:
             while True:
                 stopping = d.cancelled or d.past_task_deadline()
@@ -109,42 +119,75 @@ class Round:
                     events = []
                 for record, node, deps, refused in starting:
                     task = asyncio.create_task(self._run_node(record, node, deps, refused))
-                    running[task] = node.id
+                    task.add_done_callback(self._task_done)
+                    running[node.id] = task
                 if not running:
                     break
-                finished, _ = await asyncio.wait(
-                    running,
-                    timeout=d.remaining_s() if not stopping else None,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if not finished and d.past_task_deadline():
+                ended = await self._next_ended(d.remaining_s() if not stopping else None)
+                if not ended and d.past_task_deadline():
                     # The whole-task deadline cancels in-flight work; each node records its end.
                     d.cancel_now()
-                    for task in running:
+                    for task in running.values():
                         task.cancel()
-                    await asyncio.wait(running)
-                    finished = set(running)
-                for task in sorted(finished, key=lambda t: self._order[running[t]]):
-                    running.pop(task)
-                    events.extend(self._finished(*task.result()))
+                    await asyncio.wait(running.values())
+                    ended = list(running)
+                    self._ended.clear()
+                for node_id in sorted(ended, key=self._order.__getitem__):
+                    events.extend(self._finished(*running.pop(node_id).result()))
         except BaseException:
-            for task in running:
+            for task in running.values():
                 task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
+            await asyncio.gather(*running.values(), return_exceptions=True)
             raise
         return not (self._pending or self._ready or d.cancelled or d.past_task_deadline())
+
+    async def _next_ended(self, timeout: float | None) -> list[str]:
+        """The running nodes that ended since the last call; waits (up to ``timeout``) for one.
+
+        An empty list means the timeout passed first.
+        """
+        if not self._ended:
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(timeout, _release, waiter) if timeout is not None else None
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+        ended = list(self._ended)
+        self._ended.clear()
+        return ended
+
+    def _node_ended(self, node_id: str) -> None:
+        """Note that a running node's task has ended, and wake the round if it waits."""
+        self._ended[node_id] = None
+        if self._waiter is not None:
+            _release(self._waiter)
+
+    def _task_done(self, task: asyncio.Task[_Outcome]) -> None:
+        """The done callback of a node's task that was cancelled before it ever ran.
+
+        A task that ran tells the round itself and withdraws this callback (see _run_node).
+        """
+        for node_id, running in self._running.items():
+            if running is task and node_id not in self._ended:
+                self._node_ended(node_id)
 
     def _wake(self, candidates: list[str]) -> list[Event]:
         """Move candidates whose dependencies settled to ready, or skip them (transitively)."""
         skipped: list[NodeSkipped] = []
+        done = self._done
         while candidates:
             node = self._pending.get(candidates.pop())
             if node is None:
                 continue
-            states = [self._done.get(dep) for dep in node.after]
-            if any(state is False for state in states):
+            # Each dependency is True (succeeded), False (did not) or None (not settled yet).
+            states = [done.get(dep) for dep in node.after]
+            if False in states:
                 del self._pending[node.id]
-                self._done[node.id] = False
+                done[node.id] = False
                 blocked = tuple(
                     dep for dep, state in zip(node.after, states, strict=True) if state is False
                 )
@@ -152,36 +195,44 @@ class Round:
                     NodeSkipped(revision=self._number, node_id=node.id, blocked_by=blocked)
                 )
                 candidates.extend(self._dependents.get(node.id, ()))
-            elif all(state is True for state in states):
+            elif None not in states:
                 del self._pending[node.id]
                 self._ready[node.id] = node
-        skipped.sort(key=lambda event: self._order[event.node_id])
-        return list[Event](skipped)
+        if len(skipped) > 1:
+            skipped.sort(key=lambda event: self._order[event.node_id])
+        events: list[Event] = [*skipped]
+        return events
 
     def _finished(
         self, record: ExecutionRecord, status: RecordStatus, result: NodeResult | None
     ) -> list[Event]:
         node_id = record.node_id
-        ok = isinstance(result, Success)
-        self._done[node_id] = ok
         if isinstance(result, Success):
+            self._done[node_id] = True
             self._outputs[node_id] = result.value
-        elif status is RecordStatus.UNKNOWN and record.effect is Effect.ACTION:
-            self._unknown.add((record.tool, record.args_digest))
+        else:
+            self._done[node_id] = False
+            if status is RecordStatus.UNKNOWN and record.effect is Effect.ACTION:
+                self._unknown.add((record.tool, record.args_digest))
         finished: Event = NodeFinished(
             record_id=record.id, status=status, result=result, at=self._d.now()
         )
-        return [finished, *self._wake(list(self._dependents.get(node_id, ())))]
+        events = self._wake(list(self._dependents.get(node_id, ())))
+        events.insert(0, finished)
+        return events
 
     def _prepare(self, node: PlanNode) -> _Start:
         """The pending record of a node about to start, with its resolved args."""
         d = self._d
         deps = {dep: self._outputs.get(dep) for dep in node.after}
         refused: NodeResult | None = None
-        try:
-            args = resolve_refs(node.args, self._outputs)
-        except LookupError as exc:
-            args, refused = dict(node.args), VerifierFailure(node.id, str(exc))
+        args: Mapping[str, JsonValue] = node.args
+        if node.id in self._with_refs:
+            try:
+                args = resolve_refs(node.args, self._outputs)
+            except LookupError as exc:
+                args, refused = dict(node.args), VerifierFailure(node.id, str(exc))
+            node = replace(node, args=args)
         effect = effective_effect(node, d.tools)
         args_digest = digest(args)
         if (
@@ -209,7 +260,7 @@ class Round:
             created_at=now,
             updated_at=now,
         )
-        return record, replace(node, args=args), deps, refused
+        return record, node, deps, refused
 
     async def _run_node(
         self,
@@ -218,7 +269,22 @@ class Round:
         deps: Mapping[str, JsonValue],
         refused: NodeResult | None,
     ) -> _Outcome:
-        """Run one dispatched node; the round records how it ended."""
+        """Run one dispatched node (the body of its task); the round records how it ended."""
+        try:
+            return await self._outcome(record, node, deps, refused)
+        finally:
+            # Told here, as the task's last step, the round wakes in the next turn of the loop;
+            # through the done callback it would take one more.
+            self._running[node.id].remove_done_callback(self._task_done)
+            self._node_ended(node.id)
+
+    async def _outcome(
+        self,
+        record: ExecutionRecord,
+        node: PlanNode,
+        deps: Mapping[str, JsonValue],
+        refused: NodeResult | None,
+    ) -> _Outcome:
         if refused is not None:
             return record, record_status_for(refused), refused
         d = self._d
@@ -238,8 +304,12 @@ class Round:
         _NODE_CONTEXT.set(context)  # this task's own context: visible to the executor
         result: NodeResult
         try:
-            wait = timeout + _TIMEOUT_GRACE_S if timeout is not None else None
-            returned = await asyncio.wait_for(d.execute(node, context), wait)
+            if timeout is None:
+                returned = await d.execute(node, context)
+            else:
+                returned = await asyncio.wait_for(
+                    d.execute(node, context), timeout + _TIMEOUT_GRACE_S
+                )
             result = _as_result(node, returned)
         except TimeoutError:
             result = DeviceFailure(
@@ -261,6 +331,15 @@ class Round:
         event = NodeProgressed(record_id=record_id, status=status, at=self._d.now())
         # Shielded: a node cancelled at the deadline must not cut a write in half.
         await asyncio.shield(self._d.write([event]))
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _has_refs(args: Mapping[str, JsonValue]) -> bool:
+    return next(iter_refs(args), None) is not None
 
 
 def _as_result(node: PlanNode, value: object) -> NodeResult:

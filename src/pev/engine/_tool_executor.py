@@ -111,13 +111,17 @@ class ToolExecutor:
                 is_timeout=True,
             )
         call = _Call(found, node.args, context.cancelled)
-        scope = asyncio.timeout_at(None if limit is None else limit.deadline)
+        # No scope without a limit: one that never expires does nothing but cost time.
+        scope = None if limit is None else asyncio.timeout_at(limit.deadline)
         token = _NODE_CONTEXT.set(context)
         try:
-            async with scope:
+            if scope is None:
                 value = await call.run()
+            else:
+                async with scope:
+                    value = await call.run()
         except TimeoutError as exc:
-            if limit is None or not scope.expired():  # the tool's own TimeoutError
+            if limit is None or scope is None or not scope.expired():  # the tool's own error
                 return DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
             is_action = Effect.ACTION in (node.effect, found.effect)
             return _timed_out(node.id, call, limit, is_action=is_action)

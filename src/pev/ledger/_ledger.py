@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from pev.errors import (
     ConflictError,
@@ -42,8 +42,9 @@ def new_task_id() -> TaskId:
     return TaskId(str(uuid.uuid4()))
 
 
-@dataclass(frozen=True, slots=True)
-class _Head:
+class _Head(NamedTuple):
+    """A task's cached state and the head of its chain (a tuple: one is made per write)."""
+
     state: TaskState
     seq: int
     hash: str

@@ -283,7 +283,12 @@ def _require_revision(state: TaskState, event: Event, number: int) -> None:
 
 
 def _with(mapping: Mapping[RecordId, Any], key: RecordId, value: object) -> Mapping[RecordId, Any]:
-    return MappingProxyType({**mapping, key: value})
+    # The fold's mappings are read-only views of dicts it built, and copying the dict behind
+    # one (a table copy in C) is over ten times faster than rebuilding it through the view:
+    # records grow by one per dispatch, and each node's two events copy them.
+    items = mapping.copy() if isinstance(mapping, MappingProxyType) else dict(mapping)
+    items[key] = value
+    return MappingProxyType(items)
 
 
 _ACTIVE = (TaskPhase.PLANNING, TaskPhase.EXECUTING, TaskPhase.VERIFYING, TaskPhase.AWAITING_REPLAN)

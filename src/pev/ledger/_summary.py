@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pev.kernel import TaskStatus, TerminalReason
+from pev.ledger._events import TaskCreated
 from pev.ledger._state import TaskPhase, TaskState
 from pev.model import TaskId, canonical_json
 
@@ -67,13 +68,28 @@ def summarize(state: TaskState, *, head_hash: str) -> TaskSummary:
     )
 
 
+# The title of each recent task, by its creation event (which alone decides it): every write
+# makes a new index row, and the title is the one part of it that never changes. The entry
+# holds the event itself, so its id is not reused while the entry lives.
+_RECENT_TITLES = 256
+_titles: dict[int, tuple[TaskCreated, str]] = {}
+
+
 def _title(state: TaskState) -> str:
-    goal = state.contract.goal.strip()
+    created = state.created
+    hit = _titles.get(id(created))
+    if hit is not None and hit[0] is created:
+        return hit[1]
+    goal = created.contract.goal.strip()
     if goal:
         text = goal
-    elif isinstance(state.created.input, str):
-        text = state.created.input
+    elif isinstance(created.input, str):
+        text = created.input
     else:
-        text = canonical_json(state.created.input)
+        text = canonical_json(created.input)
     text = " ".join(text.split())
-    return text if len(text) <= _TITLE_LENGTH else text[: _TITLE_LENGTH - 1] + "…"
+    title = text if len(text) <= _TITLE_LENGTH else text[: _TITLE_LENGTH - 1] + "…"
+    if len(_titles) >= _RECENT_TITLES:
+        _titles.clear()
+    _titles[id(created)] = (created, title)
+    return title

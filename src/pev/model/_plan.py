@@ -275,13 +275,14 @@ def _node_problems(
     except (TypeError, ValueError) as exc:
         yield f"{where}: {exc}"
         return
-    yield from _ref_problems(where, node, after_ok)
+    if node.args:  # empty args hold no $ref
+        yield from _ref_problems(where, node, after_ok)
     if spec is not None:
         yield from _signature_problems(where, node.args, spec)
 
 
 def _ref_problems(where: str, node: PlanNode, after_ok: bool) -> Iterator[str]:
-    deps = set(node.after) if after_ok else set()
+    deps: set[str] | None = None
     for ref_object in _ref_objects(node.args):
         if len(ref_object) != 1:
             yield (
@@ -294,6 +295,8 @@ def _ref_problems(where: str, node: PlanNode, after_ok: bool) -> Iterator[str]:
         if not target:
             yield f"{where}: a $ref must be a node id string, got {ref!r}"
             continue
+        if deps is None:
+            deps = set(node.after) if after_ok else set()
         if target not in deps:
             yield (
                 f"{where}: $ref {ref!r} points at {target!r}, which is not among its after ids; "
@@ -315,10 +318,10 @@ def _ref_objects(value: object) -> Iterator[Mapping[str, object]]:
 
 
 def _signature_problems(where: str, args: Mapping[str, JsonValue], spec: ToolSpec) -> Iterator[str]:
-    params = {param.name: param for param in spec.parameters}
     for param in spec.parameters:
         if param.required and param.name not in args:
             yield f"{where}: tool {spec.name!r} needs argument {param.name!r}, which is missing"
+    params = {param.name: param for param in spec.parameters}
     for name, value in args.items():
         found_param = params.get(name)
         if found_param is None:

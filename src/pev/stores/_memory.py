@@ -43,7 +43,8 @@ class MemoryStore:
             head_seq = stored[-1].seq if stored else 0
             head_hash = stored[-1].hash if stored else GENESIS_HASH
             check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
-            self._entries[task_id] = [*stored, *entries]
+            # In place: reads hand out copies, and a checked batch cannot fail half-way.
+            self._entries.setdefault(task_id, stored).extend(entries)
             self._summaries[task_id] = summary
 
     async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
