@@ -256,3 +256,40 @@ def test_unknown_task_is_one_line_exit_2(db: Path, command: str) -> None:
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1
     assert "no task with id 'no-such-task'" in lines[0]
+
+
+def test_show_says_what_a_reconciliation_established(db: Path) -> None:
+    """A record of unknown outcome that was reconciled shows both: unknown, then what was found."""
+    import asyncio
+
+    import pev
+    from pev.model import ExecutionRecord, Plan, PlanNode
+    from pev.testing import ScriptedPlanner
+
+    async def post() -> str:
+        await asyncio.sleep(1)  # past the timeout, after taking effect
+        return "posted"
+
+    def looked_up(record: ExecutionRecord) -> str:
+        return "posted"
+
+    async def run() -> str:
+        store = pev.SQLiteStore(db)
+        try:
+            result = await pev.run(
+                "post it",
+                planner=ScriptedPlanner(Plan("post", (PlanNode("post", "post", tool="post"),))),
+                tools=[pev.tool(post, timeout_s=0.05, reconcile=looked_up)],
+                store=store,
+            )
+        finally:
+            await store.close()
+        assert result.ok
+        return result.task_id
+
+    task_id = asyncio.run(run())
+    code, out = _invoke(db, "show", task_id)
+    assert code == 0
+    assert "unknown" in out
+    words = " ".join(out.replace("│", " ").split())  # the table may wrap the cell
+    assert "reconciled as succeeded" in words

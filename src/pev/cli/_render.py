@@ -21,7 +21,7 @@ from pev.ledger import (
     VerdictRecorded,
     known_refs,
 )
-from pev.model import CriterionStatus, RecordStatus, canonical_json
+from pev.model import CriterionStatus, RecordStatus, canonical_json, record_status_for
 
 __all__ = [
     "SHORT_ID",
@@ -124,8 +124,9 @@ def _revision(state: TaskState, revision: Revision) -> RenderableType:
             cell = Text(str(record.status), style=_RECORD_STYLE.get(record.status, ""))
             if record.error:
                 cell.append(f" ({record.error})", style="dim")
-            if record.id in state.reconciled:
-                cell.append(" reconciled", style="cyan")
+            settled = state.reconciled.get(record.id)
+            if settled is not None:
+                cell.append(f", reconciled as {record_status_for(settled.result)}", style="cyan")
         elif node.id in skipped:
             cell = Text("skipped", style="dim")
         elif revision.redo and node.id not in revision.redo:
