@@ -49,7 +49,9 @@ class JsonObject(Mapping[str, "JsonValue"]):
 
     def _canonical(self) -> str:
         if self._text is None:
-            self._text = canonical_json(self)
+            # The dict itself, which spares the encoder its call back to _default; empty args,
+            # which most plan nodes have, need no encoder at all.
+            self._text = canonical_json(self._items) if self._items else "{}"
         return self._text
 
     def __getitem__(self, key: str) -> JsonValue:
@@ -184,7 +186,9 @@ def canonical_json(value: object) -> str:
 
 def digest(value: object) -> str:
     """The sha256 hex digest of the canonical JSON of ``value``."""
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+    # A JsonObject (plan args) keeps its canonical text, so it is encoded at most once.
+    text = value._canonical() if isinstance(value, JsonObject) else canonical_json(value)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def is_json_object(value: object) -> TypeGuard[Mapping[str, JsonValue]]:

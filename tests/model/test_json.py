@@ -249,3 +249,13 @@ def test_digest_is_sha256_of_the_canonical_text() -> None:
 
     assert digest({"b": 2, "a": 1}) == expected
     assert digest(freeze_json({"a": 1, "b": 2})) == expected
+
+
+@given(st.dictionaries(st.text(max_size=5), PLAIN_JSON, max_size=4))
+def test_digest_of_a_json_object_matches_its_plain_source(value: dict[str, object]) -> None:
+    """A JsonObject's kept canonical text digests exactly like the plain dict, empty included."""
+    frozen = freeze_json(value)
+    expected = hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+    assert digest(frozen) == expected
+    assert digest(frozen) == expected  # again, from the text it kept
