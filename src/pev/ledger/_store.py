@@ -63,7 +63,7 @@ class Store(Protocol):
         ...
 
     async def overdue(self, now: datetime) -> tuple[TaskId, ...]:
-        """Tasks waiting for a replan whose deadline is at or before ``now``."""
+        """Tasks waiting for a replan whose deadline is at or before ``now``, earliest first."""
         ...
 
     async def close(self) -> None:

@@ -29,6 +29,9 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._entries: dict[str, list[LedgerEntry]] = {}
         self._summaries: dict[str, TaskSummary] = {}
+        # Tasks waiting for a replan, with its deadline: what `overdue` looks through, so that
+        # it does not walk every task (the engine asks whenever a run starts).
+        self._waiting: dict[str, datetime] = {}
         self._episodes: dict[str, Episode] = {}
         self._support: dict[str, dict[str, None]] = {}  # lesson id -> task ids, in save order
         self._lessons: dict[str, Lesson] = {}
@@ -46,6 +49,10 @@ class MemoryStore:
             # In place: reads hand out copies, and a checked batch cannot fail half-way.
             self._entries.setdefault(task_id, stored).extend(entries)
             self._summaries[task_id] = summary
+            if summary.replan_deadline is None:
+                self._waiting.pop(task_id, None)
+            else:
+                self._waiting[task_id] = summary.replan_deadline
 
     async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
         """The task's entries after ``after`` (see :class:`pev.ledger.Store`)."""
@@ -77,14 +84,11 @@ class MemoryStore:
         return tuple(rows[offset : offset + limit])
 
     async def overdue(self, now: datetime) -> tuple[TaskId, ...]:
-        """Tasks waiting for a replan whose deadline is at or before ``now``."""
+        """Tasks waiting for a replan whose deadline is at or before ``now``, earliest first."""
         with self._lock:
             self._check_open()
-            return tuple(
-                s.task_id
-                for s in self._summaries.values()
-                if deadline_passed(now, s.replan_deadline)
-            )
+            due = [(at, t) for t, at in self._waiting.items() if deadline_passed(now, at)]
+        return tuple(TaskId(task_id) for _, task_id in sorted(due))
 
     async def save_episode(self, episode: Episode, *, supports: Collection[str] = ()) -> None:
         """Keep an episode once, with the lessons it supports (see ``LessonStore``)."""

@@ -475,7 +475,7 @@ class SQLiteStore:
         return tuple(_summary_from_row(row) for row in rows)
 
     async def overdue(self, now: datetime) -> tuple[TaskId, ...]:
-        """Tasks waiting for a replan whose deadline is at or before ``now``."""
+        """Tasks waiting for a replan whose deadline is at or before ``now``, earliest first."""
         query = (
             "SELECT task_id FROM pev_tasks WHERE replan_deadline IS NOT NULL "
             "AND replan_deadline <= ? ORDER BY replan_deadline"
