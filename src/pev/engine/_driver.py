@@ -33,6 +33,7 @@ from pev.engine._protocols import (
 )
 from pev.engine._result import RunResult
 from pev.engine._round import Round
+from pev.engine._settle import Settler
 from pev.errors import ConflictError, PevError, StateError, UsageError
 from pev.kernel import Budget, TaskStatus, TerminalReason, deadline_passed, decide, diagnose
 from pev.ledger import (
@@ -41,8 +42,6 @@ from pev.ledger import (
     Event,
     EvidenceCaptured,
     Ledger,
-    NodeFinished,
-    RecordReconciled,
     Revision,
     RevisionKind,
     RevisionStarted,
@@ -62,29 +61,19 @@ from pev.ledger import (
     lineage_results,
     missing_evidence,
     reject_plan,
-    unfinished_records,
 )
 from pev.model import (
-    DeviceFailure,
-    Effect,
     Evidence,
     EvidenceId,
     EvidencePhase,
-    ExecutionRecord,
-    NodeResult,
     Plan,
     PlanNode,
-    RecordId,
-    RecordStatus,
     Reliability,
-    Success,
     TaskId,
     ToolSpec,
     VerificationMode,
-    VerifierFailure,
     classify_verdict,
     passes,
-    record_status_for,
 )
 from pev.rails import RailBus
 
@@ -122,7 +111,7 @@ class Driver:
         self._lessons = lessons
         self._cancel = asyncio.Event()
         self._write_lock = asyncio.Lock()
-        self._asked: set[RecordId] = set()  # records whose reconcile was asked: once each
+        self._settler = Settler(self, components.reconcile)
         self.last_usage: Usage | None = None
 
     # -- the loop -------------------------------------------------------------------------
@@ -419,59 +408,12 @@ class Driver:
             await self._observe(EvidencePhase.BEFORE)
         finished = await Round(self, revision.plan, number, revision.redo).run()
         if not self.past_task_deadline():
-            await self._reconcile_unknown(number)
+            await self._settler.after_round(number)
         if not finished:
             return  # cancelled or out of time: the loop ends the task
         if self._c.observe is not None:
             await self._observe(EvidencePhase.AFTER)
         await self.write([RoundExecuted(revision=number, executed_ok=executed_ok(self.state))])
-
-    async def _reconcile_unknown(self, number: int) -> None:
-        """Ask the executor what this round's calls of unknown outcome really did (SPEC §2.2).
-
-        A call that timed out or crashed may or may not have taken effect. When the executor
-        can tell (``reconcile(record)``), what it establishes settles the record with a
-        ``record_reconciled`` event, and the node's result is that from then on; the record
-        itself is never rewritten. An answer that is still "unknown" settles nothing.
-        """
-        if self._c.reconcile is None:
-            return
-        state = self.state
-        events: list[Event] = []
-        for record in state.records.values():
-            if (
-                record.revision != number
-                or record.status is not RecordStatus.UNKNOWN
-                or record.id in state.reconciled
-                or record.id in self._asked
-            ):
-                continue
-            result = await self._ask_reconcile(record)
-            if result is None or (isinstance(result, DeviceFailure) and result.outcome_unknown):
-                continue
-            events.append(
-                RecordReconciled(
-                    record_id=record.id,
-                    result=result,
-                    note="settled by the executor's reconcile after the round",
-                )
-            )
-        await self.write(events)
-
-    async def _ask_reconcile(self, record: ExecutionRecord) -> NodeResult | None:
-        """The executor's answer for one record, or ``None``; a reconcile that fails is logged."""
-        reconcile = self._c.reconcile
-        if reconcile is None:
-            return None
-        self._asked.add(record.id)
-        try:
-            async with asyncio.timeout(
-                self._bound(self.state.policy.node_timeout_s, self.remaining_s())
-            ):
-                return _as_result_or_none(await reconcile(record))
-        except Exception:
-            log.exception("pev: reconciling record %s failed", record.id)
-            return None
 
     async def _observe(self, phase: EvidencePhase) -> None:
         observe = self._c.observe
@@ -615,33 +557,8 @@ class Driver:
     # -- resume ---------------------------------------------------------------------------
 
     async def settle_unfinished(self) -> None:
-        """Settle records a crash left unfinished: reconcile them, else mark them unknown.
-
-        An unfinished node is never dispatched again: an action is never re-sent on resume.
-        """
-        events: list[Event] = []
-        for record in unfinished_records(self.state):
-            result = await self._ask_reconcile(record)
-            if result is None and record.effect is Effect.ACTION:
-                result = DeviceFailure(
-                    record.node_id,
-                    "the process driving this action stopped; its outcome is unknown",
-                    outcome_unknown=True,
-                )
-            elif result is None:
-                result = DeviceFailure(
-                    record.node_id, "the process running this query stopped before it answered"
-                )
-            events.append(
-                NodeFinished(
-                    record_id=record.id,
-                    status=record_status_for(result),
-                    result=result,
-                    at=self._clock(),
-                    settled_on_resume=True,
-                )
-            )
-        await self.write(events)
+        """Settle records a crash left unfinished (see :class:`~pev.engine._settle.Settler`)."""
+        await self._settler.unfinished()
 
 
 class _CancelledMeanwhile(Exception):  # noqa: N818 - a private signal, not an error users see
@@ -676,12 +593,6 @@ def _thrown(revision: int, problem: str) -> VerdictRecorded:
     return VerdictRecorded(
         revision=revision, verdict=None, reliability=Reliability.THROWN, problems=(problem,)
     )
-
-
-def _as_result_or_none(value: object) -> NodeResult | None:
-    if value is None or isinstance(value, Success | DeviceFailure | VerifierFailure):
-        return value
-    return None
 
 
 def _evidence(

@@ -1,0 +1,123 @@
+"""Settling records whose outcome the engine does not know (SPEC §2.2, §5.4).
+
+Two moments call for it. Right after a round, a call that timed out or crashed may or may not
+have taken effect: when the executor can tell (``reconcile(record)``), what it establishes is a
+``record_reconciled`` event, and the record itself is never rewritten. On resume, records a crash
+left ``pending``, ``accepted`` or ``running`` are settled the same way, else marked ``unknown``
+(an action) or ``failed`` (a query). Either way nothing is dispatched again, and the executor is
+asked about each record at most once per drive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from pev.ledger import Event, NodeFinished, RecordReconciled, unfinished_records
+from pev.model import (
+    DeviceFailure,
+    Effect,
+    ExecutionRecord,
+    NodeResult,
+    RecordId,
+    RecordStatus,
+    Success,
+    VerifierFailure,
+    record_status_for,
+)
+
+if TYPE_CHECKING:
+    from pev.engine._driver import Driver
+
+__all__ = ["Settler"]
+
+log = logging.getLogger("pev.engine")
+
+
+class Settler:
+    """Asks a :class:`~pev.engine._driver.Driver`'s executor what unsettled records did."""
+
+    def __init__(self, driver: Driver, reconcile: Callable[..., Awaitable[Any]] | None) -> None:
+        self._d = driver
+        self._reconcile = reconcile
+        self._asked: set[RecordId] = set()
+
+    async def after_round(self, number: int) -> None:
+        """Settle what the executor can tell of round ``number``'s records of unknown outcome.
+
+        An answer that is itself of unknown outcome, ``None``, or an exception settles nothing.
+        """
+        if self._reconcile is None:
+            return
+        state = self._d.state
+        events: list[Event] = []
+        for record in state.records.values():
+            if (
+                record.revision != number
+                or record.status is not RecordStatus.UNKNOWN
+                or record.id in state.reconciled
+                or record.id in self._asked
+            ):
+                continue
+            result = await self._ask(record)
+            if result is None or (isinstance(result, DeviceFailure) and result.outcome_unknown):
+                continue
+            events.append(
+                RecordReconciled(
+                    record_id=record.id,
+                    result=result,
+                    note="settled by the executor's reconcile after the round",
+                )
+            )
+        await self._d.write(events)
+
+    async def unfinished(self) -> None:
+        """Settle records a crash left unfinished: reconcile them, else mark them unknown.
+
+        An unfinished node is never dispatched again: an action is never re-sent on resume.
+        """
+        events: list[Event] = []
+        for record in unfinished_records(self._d.state):
+            result = await self._ask(record)
+            if result is None and record.effect is Effect.ACTION:
+                result = DeviceFailure(
+                    record.node_id,
+                    "the process driving this action stopped; its outcome is unknown",
+                    outcome_unknown=True,
+                )
+            elif result is None:
+                result = DeviceFailure(
+                    record.node_id, "the process running this query stopped before it answered"
+                )
+            events.append(
+                NodeFinished(
+                    record_id=record.id,
+                    status=record_status_for(result),
+                    result=result,
+                    at=self._d.now(),
+                    settled_on_resume=True,
+                )
+            )
+        await self._d.write(events)
+
+    async def _ask(self, record: ExecutionRecord) -> NodeResult | None:
+        """The executor's answer for one record, or ``None``; a reconcile that fails is logged.
+
+        Bounded by ``node_timeout_s`` and the task deadline, whichever comes first.
+        """
+        if self._reconcile is None:
+            return None
+        self._asked.add(record.id)
+        limits = [self._d.state.policy.node_timeout_s, self._d.remaining_s()]
+        bounds = [limit for limit in limits if limit is not None]
+        try:
+            async with asyncio.timeout(min(bounds) if bounds else None):
+                answer = await self._reconcile(record)
+        except Exception:
+            log.exception("pev: reconciling record %s failed", record.id)
+            return None
+        if isinstance(answer, Success | DeviceFailure | VerifierFailure):
+            return answer
+        return None
