@@ -1,0 +1,138 @@
+"""The benchmarks' own workloads, run small: what `make bench` measures must keep working.
+
+No timing is checked here (speed belongs in `make bench`); these check that each workload does
+what its report says it does: every strategy of the fault suite is judged against the world it
+acted on, the ledger-writes floor writes a ledger that verifies, and the scale cases finish.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import pev
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[None]:
+    """The bench folder on the import path, as its scripts expect when run."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _module(name: str) -> ModuleType:
+    pytest.importorskip("langgraph", reason="the benchmarks need the bench extra")
+    return __import__(name)
+
+
+@pytest.mark.usefixtures("bench")
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "none",
+        "tool_crash",
+        "timeout_unknown",
+        "verifier_raises",
+        "malformed_verdict",
+        "wrong_step",
+        "wrong_arg",
+    ],
+)
+async def test_pev_is_truthful_on_every_software_fault(fault: str) -> None:
+    """pev reports success exactly when the world's goal holds, and never re-sends an unknown."""
+    faults = _module("bench_faults")
+    for domain, value in (("weather", "Oslo"), ("claims", "CLM-1042")):
+        outcome = await faults.run_software(faults.Task(domain, value, fault, 0), 1, "pev")
+        assert outcome.reported == outcome.honest, (domain, fault)
+        assert outcome.repeated_unknown == 0
+
+
+@pytest.mark.usefixtures("bench")
+async def test_reconciliation_settles_the_timeout_without_paying_twice() -> None:
+    """On `timeout_unknown` pev reconciles and succeeds; the baselines re-send the payment."""
+    faults = _module("bench_faults")
+    task = faults.Task("claims", "CLM-1042", "timeout_unknown", 0)
+    pev_run = await faults.run_software(task, 0, "pev")
+    assert pev_run.reported
+    assert pev_run.honest
+    retried = await faults.run_software(task, 0, "blind retry")
+    assert retried.repeated_unknown == 1
+    assert retried.reported  # reported as a success ...
+    assert not retried.goal  # ... having paid twice
+
+
+@pytest.mark.usefixtures("bench")
+async def test_the_simulator_runs_under_a_baseline_and_is_judged_by_the_physics() -> None:
+    """A demo fault under the replan loop: the goal comes from pybullet's own poses."""
+    pytest.importorskip("pybullet", reason="the simulator needs the sim extra")
+    faults = _module("bench_faults")
+    outcome = await faults.run_sim(faults.Task("sim", "none", "none", 0), 0, "replan")
+    assert outcome.goal
+    assert outcome.reported
+    assert outcome.honest
+    assert outcome.tool_calls > 0
+
+
+@pytest.mark.usefixtures("bench")
+def test_the_fault_report_checks_the_targets_on_the_whole_suite() -> None:
+    """The report names each target, on all tasks and on each part."""
+    faults = _module("bench_faults")
+    software_tasks = [faults.Task("weather", "Lisbon", fault, 0) for fault in faults.FAULTS]
+    sim_tasks = faults.sim_tasks()
+
+    def runs(tasks: list[object], strategy: str) -> list[object]:
+        calls = 1 if strategy == "pev" else 3
+        return [faults.Outcome(task, 0, strategy, True, True, True, calls, 0, 1) for task in tasks]
+
+    software = {s: runs(software_tasks, s) for s in faults.STRATEGIES}
+    sim = {s: runs(sim_tasks, s) for s in faults.STRATEGIES}
+    text = faults.report(software, sim, 1.0, 0.5)
+    assert "All 216 tasks together" in text
+    for target in faults.TARGETS:
+        assert f"* {target}: all tasks met" in text
+    assert "**not met**" not in text
+
+
+@pytest.mark.usefixtures("bench")
+@pytest.mark.parametrize("case", ["chain", "fan-out", "diamond"])
+async def test_the_ledger_writes_floor_writes_a_ledger_that_verifies(case: str) -> None:
+    """The floor runner's events fold, seal and verify, as a pev run's would."""
+    langgraph = _module("bench_langgraph")
+    store = pev.MemoryStore()
+    await langgraph._ledger_floor_seconds(case, store)
+    [summary] = await store.list_tasks()
+    ledger = pev.Ledger(store)
+    assert (await ledger.verify(summary.task_id)).ok
+    state = await ledger.state(summary.task_id)
+    assert len(state.records) == langgraph.NODES
+    assert state.terminal
+
+
+@pytest.mark.usefixtures("bench")
+async def test_the_graphs_run_every_node_once() -> None:
+    """LangGraph's graphs have the shapes pev runs."""
+    await _module("bench_langgraph")._check_graphs()
+
+
+@pytest.mark.usefixtures("bench")
+@pytest.mark.parametrize("case", ["asyncio", "memory", "memory-gc", "sqlite"])
+async def test_every_scale_case_finishes_its_tasks(case: str) -> None:
+    """Each scale case runs its tasks to success and reports its memory."""
+    scale = _module("bench_scale")
+    threshold = gc.get_threshold()
+    try:
+        figures = await scale._case(case, 20)
+    finally:
+        gc.set_threshold(*threshold)  # the memory-gc case changes the process's collector
+    assert figures["ok"] == figures["tasks"] == 20
+    assert figures["rss_peak_mib"] >= figures["rss_before_mib"]
