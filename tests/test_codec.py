@@ -241,7 +241,7 @@ def test_dumps_refuses_a_non_finite_float_as_the_json_encoder_does(value: object
 
 def test_dumps_rejects_an_unknown_type() -> None:
     """Something the codec does not know is a CodecError from dumps too."""
-    with pytest.raises(CodecError, match="a object cannot be encoded"):
+    with pytest.raises(CodecError, match="a value of type object cannot be encoded"):
         codec.dumps({"payload": [object()]})
 
 
@@ -563,7 +563,7 @@ def test_encode_rejects_a_naive_datetime() -> None:
 
 def test_encode_rejects_an_unknown_type() -> None:
     """Something the codec does not know is a CodecError."""
-    with pytest.raises(CodecError, match="a object cannot be encoded"):
+    with pytest.raises(CodecError, match="a value of type object cannot be encoded"):
         codec.encode({"payload": [object()]})
 
 

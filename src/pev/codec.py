@@ -92,7 +92,7 @@ def _encoder_for(cls: type) -> Callable[[Any], object]:
     elif issubclass(cls, bytes):
         encoder = _encode_bytes
     else:
-        raise CodecError(f"a {cls.__name__} cannot be encoded as JSON")
+        raise CodecError(f"a value of type {cls.__name__} cannot be encoded as JSON")
     _ENCODERS[cls] = encoder
     return encoder
 
@@ -334,7 +334,7 @@ def _writer_for(cls: type) -> Callable[[Any], str]:
     elif issubclass(cls, bytes):
         writer = _write_bytes
     else:
-        raise CodecError(f"a {cls.__name__} cannot be encoded as JSON")
+        raise CodecError(f"a value of type {cls.__name__} cannot be encoded as JSON")
     _WRITERS[cls] = writer
     return writer
 
