@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import sqlite3
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,6 +16,16 @@ def machine_line() -> str:
         f"{platform.python_implementation()} {platform.python_version()}, "
         f"SQLite {sqlite3.sqlite_version}"
     )
+
+
+def met(ok: bool) -> str:
+    """A target's verdict as the tables print it."""
+    return "met" if ok else "**not met**"
+
+
+def progress(message: str) -> None:
+    """A line on stderr, so that stdout carries only the figures."""
+    print(message, file=sys.stderr)
 
 
 def write_section(path: Path, marker: str, body: str, *, heading: str = "") -> None:

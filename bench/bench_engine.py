@@ -40,21 +40,18 @@ import io
 import itertools
 import pstats
 import statistics
-import sys
-import tempfile
-import time
 import timeit
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pev
+from _common import raw_per_node, run_rounds, timed_run
 from _floor import raw_commit_floor
-from _report import machine_line, write_section
+from _report import machine_line, met, progress, write_section
 from pev import codec
 from pev.ledger import LedgerEntry, apply, seal, summarize
 from pev.model import TaskId
-from pev.testing import ScriptedPlanner
 
 ROUNDS = 7
 NODES = 100
@@ -62,11 +59,6 @@ MEMORY_RUNS = 5  # pev runs per case and round on MemoryStore
 RAW_RUNS = 50  # raw asyncio runs per case and round: each is only a few hundred µs
 PROFILE_RUNS = 30
 QUERY = pev.Effect.QUERY
-
-
-@pev.tool(effect="query")
-async def noop() -> None:
-    return None
 
 
 def _plans(nodes: int) -> dict[str, tuple[pev.Plan, pev.RecoveryPolicy]]:
@@ -87,47 +79,8 @@ def _plans(nodes: int) -> dict[str, tuple[pev.Plan, pev.RecoveryPolicy]]:
 
 
 CASES = _plans(NODES)
-
-
-# -- raw asyncio ----------------------------------------------------------------------------
-
-
-async def _raw_chain(nodes: int) -> None:
-    for _ in range(nodes):
-        await asyncio.create_task(noop.fn())
-
-
-async def _raw_fan_out(nodes: int) -> None:
-    await asyncio.gather(*[asyncio.create_task(noop.fn()) for _ in range(nodes)])
-
-
-RAW = {"chain": _raw_chain, "fan-out": _raw_fan_out}
-
-
-async def _raw_per_node(case: str) -> float:
-    """Seconds per node of the raw asyncio equivalent, averaged over `RAW_RUNS` runs."""
-    body = RAW[case]
-    gc.collect()
-    start = time.perf_counter()
-    for _ in range(RAW_RUNS):
-        await body(NODES)
-    return (time.perf_counter() - start) / (RAW_RUNS * NODES)
-
-
-# -- pev ------------------------------------------------------------------------------------
-
-
-async def _pev_run(case: str, store: pev.Store) -> tuple[float, TaskId]:
-    """Seconds one `pev.run` of the case takes, and its task; asserts that it succeeded."""
-    plan, policy = CASES[case]
-    start = time.perf_counter()
-    result = await pev.run(
-        "benchmark", planner=ScriptedPlanner(plan), tools=[noop], policy=policy, store=store
-    )
-    elapsed = time.perf_counter() - start
-    assert result.ok, result
-    assert len(result.outputs) == len(plan.nodes), result
-    return elapsed, result.task_id
+# The raw asyncio equivalent, level by level: the chain one node at a time, the fan-out at once.
+RAW_WIDTHS = {"chain": [1] * NODES, "fan-out": [NODES]}
 
 
 async def _memory_per_node(case: str) -> tuple[float, tuple[LedgerEntry, ...]]:
@@ -136,7 +89,7 @@ async def _memory_per_node(case: str) -> tuple[float, tuple[LedgerEntry, ...]]:
     total = 0.0
     for _ in range(MEMORY_RUNS):
         store = pev.MemoryStore()
-        seconds, task_id = await _pev_run(case, store)
+        seconds, task_id = await timed_run(*CASES[case], store)
         total += seconds
     return total / (MEMORY_RUNS * NODES), await pev.Ledger(store).entries(task_id)
 
@@ -152,7 +105,7 @@ async def _sqlite_run(case: str, path: Path) -> _SQLiteRun:
     store = pev.SQLiteStore(path)
     try:
         gc.collect()
-        seconds, task_id = await _pev_run(case, store)
+        seconds, task_id = await timed_run(*CASES[case], store)
         entries = await pev.Ledger(store).entries(task_id)
     finally:
         await store.close()
@@ -165,17 +118,17 @@ async def _sqlite_run(case: str, path: Path) -> _SQLiteRun:
 
 @dataclass(slots=True)
 class _Samples:
-    raw: list[float]
-    memory: list[float]
-    sqlite: list[float]
-    events: list[int]
-    transactions: list[int]
-    floor: list[float]
+    raw: list[float] = field(default_factory=list)
+    memory: list[float] = field(default_factory=list)
+    sqlite: list[float] = field(default_factory=list)
+    events: list[int] = field(default_factory=list)
+    transactions: list[int] = field(default_factory=list)
+    floor: list[float] = field(default_factory=list)
 
 
 async def _round(folder: Path, round_: int, samples: dict[str, _Samples]) -> None:
     for case, into in samples.items():
-        into.raw.append(await _raw_per_node(case))
+        into.raw.append(await raw_per_node(RAW_WIDTHS[case], RAW_RUNS))
         memory, entries = await _memory_per_node(case)
         into.memory.append(memory)
         # The floor commits the rows of an in-memory run of the same plan (same events).
@@ -192,15 +145,7 @@ async def _round(folder: Path, round_: int, samples: dict[str, _Samples]) -> Non
 
 def bench() -> dict[str, _Samples]:
     """Every case's samples, one per round (after one warm-up run of each)."""
-    samples = {case: _Samples([], [], [], [], [], []) for case in CASES}
-    with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(
-            _round(Path(tmp), 1, {case: _Samples([], [], [], [], [], []) for case in CASES})
-        )
-    for round_ in range(ROUNDS):
-        with tempfile.TemporaryDirectory() as tmp:
-            asyncio.run(_round(Path(tmp), round_, samples))
-    return samples
+    return run_rounds(_round, lambda: {case: _Samples() for case in CASES}, ROUNDS)
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -233,10 +178,6 @@ def _figures(s: _Samples) -> _Figures:
     )
 
 
-def _met(ratio: float, target: float) -> str:
-    return "met" if ratio <= target else "**not met**"
-
-
 def _table(figures: dict[str, _Figures]) -> str:
     label = {
         "chain": f"chain ({NODES} nodes)",
@@ -250,7 +191,7 @@ def _table(figures: dict[str, _Figures]) -> str:
         ratio = f.memory_us / f.raw_us
         lines.append(
             f"| {label[case]} | {f.raw_us:.1f} | {f.memory_us:.0f} | {ratio:.0f}x | "
-            f"≤ 4x: {_met(ratio, 4)} |"
+            f"≤ 4x: {met(ratio <= 4)} |"
         )
     lines += [
         "",
@@ -267,7 +208,7 @@ def _table(figures: dict[str, _Figures]) -> str:
             f"| {label[case]} | {f.events} / {f.transactions} | {f.sqlite_node_us:.0f} | "
             f"{f.sqlite_event_us:.0f} | {f.sqlite_transaction_us:.0f} | {f.floor_us:.0f} | "
             f"{per_event:.2f}x | {per_transaction:.2f}x | per event ≤ 1.5x: "
-            f"{_met(per_event, 1.5)} |"
+            f"{met(per_event <= 1.5)} |"
         )
     return "\n".join(lines)
 
@@ -362,19 +303,9 @@ async def _scaling(sizes: Sequence[int], repeats: int) -> list[tuple[int, float,
         cases = _plans(size)
         medians = []
         for case in ("chain", "fan-out"):
-            plan, policy = cases[case]
-            samples = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                result = await pev.run(
-                    "benchmark",
-                    planner=ScriptedPlanner(plan),
-                    tools=[noop],
-                    policy=policy,
-                    store=pev.MemoryStore(),
-                )
-                samples.append(time.perf_counter() - start)
-                assert result.ok, result
+            samples = [
+                (await timed_run(*cases[case], pev.MemoryStore()))[0] for _ in range(repeats)
+            ]
             medians.append(statistics.median(samples) / size * 1e6)
         out.append((size, medians[0], medians[1]))
     return out
@@ -429,19 +360,11 @@ def profile(top: int) -> str:
     against plan size (a growing figure is work proportional to the plan, done per node) and
     the ledger's steps per event.
     """
-    plan, policy = CASES["chain"]
     store = pev.MemoryStore()
 
     async def runs() -> TaskId:
-        task_id = None
-        for _ in range(PROFILE_RUNS):
-            result = await pev.run(
-                "benchmark", planner=ScriptedPlanner(plan), tools=[noop], policy=policy, store=store
-            )
-            assert result.ok, result
-            task_id = result.task_id
-        assert task_id is not None
-        return task_id
+        task_ids = [(await timed_run(*CASES["chain"], store))[1] for _ in range(PROFILE_RUNS)]
+        return task_ids[-1]
 
     asyncio.run(runs())  # warm-up, not profiled
     profiler = cProfile.Profile()
@@ -488,7 +411,6 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", type=int, metavar="TOP", help="profile the in-memory chain; show TOP rows"
     )
     args = parser.parse_args(argv)
-    progress: Callable[[str], None] = lambda message: print(message, file=sys.stderr)  # noqa: E731
     if args.profile:
         print(profile(args.profile))
         return 0

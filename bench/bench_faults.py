@@ -82,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 import tenacity
 
 import pev
-from _report import machine_line, write_section
+from _report import machine_line, met, write_section
 from pev.engine import ObserveContext, PlanRequest, VerifyRequest
 from pev.ledger import RevisionKind
 from pev.model import (
@@ -163,6 +163,19 @@ class World:
     # payment or publishing API with idempotency keys offers, which the tools' reconcile uses.
     by_key: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
+    def called(self, tool: pev.engine.Tool[..., Any], kwargs: Mapping[str, Any]) -> str:
+        """Count a call, and an action sent again after its outcome was unknown; the call's key."""
+        self.tool_calls += 1
+        key = f"{tool.name}:{canonical_json(dict(kwargs))}"
+        if tool.effect is pev.Effect.ACTION and key in self.ever_unknown:
+            self.repeated_unknown += 1
+        return key
+
+    def left_unknown(self, key: str) -> None:
+        """The action call of `key` ended without its caller knowing what it did."""
+        self.ever_unknown.add(key)
+        self.unresolved.add(key)
+
 
 @dataclass(frozen=True)
 class Task:
@@ -170,10 +183,6 @@ class Task:
     input: str
     fault: str
     index: int
-
-
-def _key(name: str, kwargs: Mapping[str, Any]) -> str:
-    return f"{name}:{canonical_json(dict(kwargs))}"
 
 
 def _wrap(tool: pev.engine.Tool, world: World, *, crash: bool, hang: bool) -> pev.engine.Tool:
@@ -188,20 +197,16 @@ def _wrap(tool: pev.engine.Tool, world: World, *, crash: bool, hang: bool) -> pe
 
     @functools.wraps(original)
     async def call(**kwargs: Any) -> Any:
-        world.tool_calls += 1
-        key = _key(tool.name, kwargs)
+        key = world.called(tool, kwargs)
         try:
             idempotency_key: str | None = pev.engine.current_node_context().idempotency_key
         except LookupError:
             idempotency_key = None
-        if action and key in world.ever_unknown:
-            world.repeated_unknown += 1
         if action and idempotency_key is not None:
             world.by_key[idempotency_key] = (key, None)
         if crash:
             if action:
-                world.ever_unknown.add(key)
-                world.unresolved.add(key)
+                world.left_unknown(key)
             raise RuntimeError(f"{tool.name}: device error")
         value = original(**kwargs)
         if action:
@@ -210,8 +215,7 @@ def _wrap(tool: pev.engine.Tool, world: World, *, crash: bool, hang: bool) -> pe
                 world.by_key[idempotency_key] = (key, Success(value))
         if hang and tool.name not in world.hung:
             world.hung.add(tool.name)
-            world.ever_unknown.add(key)
-            world.unresolved.add(key)
+            world.left_unknown(key)
             await asyncio.sleep(HANG_S)
         world.unresolved.discard(key)
         return value
@@ -628,14 +632,10 @@ def _count_sim(tool: pev.engine.Tool[..., Any], world: World) -> pev.engine.Tool
 
     @functools.wraps(original)
     async def call(**kwargs: Any) -> Any:
-        world.tool_calls += 1
-        key = _key(tool.name, kwargs)
-        if action and key in world.ever_unknown:
-            world.repeated_unknown += 1
+        key = world.called(tool, kwargs)
         value = await original(**kwargs)
         if isinstance(value, DeviceFailure) and value.outcome_unknown and action:
-            world.ever_unknown.add(key)
-            world.unresolved.add(key)
+            world.left_unknown(key)
         elif not isinstance(value, DeviceFailure | VerifierFailure):
             world.unresolved.discard(key)
         return value
@@ -1002,7 +1002,7 @@ def report(outcomes: Outcomes, sim: Outcomes, elapsed: float, sim_elapsed: float
     ]
     for index, target in enumerate(TARGETS):
         verdicts = [
-            f"{name} {'met' if ok else '**not met**'} ({figures})"
+            f"{name} {met(ok)} ({figures})"
             for name, results in checked
             for ok, figures in [results[index]]
         ]

@@ -17,15 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from _floor import raw_commit_floor
-from _report import machine_line, write_section
+from _report import machine_line, progress, write_section
 from pev.kernel import Budget, Diagnosis, RootCause, decide
 from pev.ledger import CaptureFailed, Ledger, RevisionKind, RevisionStarted, seal
 from pev.model import (
@@ -167,7 +165,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--write", type=Path, help="update the figures in this Markdown file")
     args = parser.parse_args(argv)
-    progress: Callable[[str], None] = lambda message: print(message, file=sys.stderr)  # noqa: E731
     progress("benchmarking decide ...")
     decide_us = bench_decide()
     progress(f"benchmarking {APPENDS} durable appends x {ROUNDS} rounds (pev and raw sqlite3) ...")

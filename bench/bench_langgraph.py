@@ -37,8 +37,6 @@ import argparse
 import asyncio
 import gc
 import statistics
-import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,7 +44,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pev
-from _report import machine_line, write_section
+from _common import raw_levels, raw_per_node, run_rounds, timed_run
+from _report import machine_line, met, progress, write_section
 from pev.kernel import Finish, TaskStatus, TerminalReason
 from pev.ledger import (
     Dispatched,
@@ -60,7 +59,6 @@ from pev.ledger import (
     utc_now,
 )
 from pev.model import ExecutionRecord, RecordId, RecordStatus, Success, digest
-from pev.testing import ScriptedPlanner
 
 try:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -107,40 +105,13 @@ def _levels(shape: Shape) -> list[list[str]]:
     return levels
 
 
+# How many nodes each level of a shape has: what raw asyncio runs at once, level by level.
+WIDTHS = {case: [len(level) for level in _levels(shape)] for case, shape in SHAPES.items()}
 LABELS = {
     "chain": f"chain ({NODES} nodes)",
     "fan-out": f"fan-out ({NODES} nodes)",
-    "diamond": "diamond (4 levels: "
-    + " + ".join(str(len(level)) for level in _levels(SHAPES["diamond"]))
-    + f" = {NODES} nodes)",
+    "diamond": f"diamond (4 levels: {' + '.join(map(str, WIDTHS['diamond']))} = {NODES} nodes)",
 }
-
-
-async def _noop() -> None:
-    return None
-
-
-noop = pev.tool(effect="query", name="noop")(_noop)
-
-
-# -- raw asyncio ----------------------------------------------------------------------------
-
-
-async def _raw_run(widths: list[int]) -> None:
-    for width in widths:
-        if width == 1:
-            await asyncio.create_task(_noop())
-        else:
-            await asyncio.gather(*[asyncio.create_task(_noop()) for _ in range(width)])
-
-
-async def _raw_per_node(case: str) -> float:
-    widths = [len(level) for level in _levels(SHAPES[case])]
-    gc.collect()
-    start = time.perf_counter()
-    for _ in range(RAW_RUNS):
-        await _raw_run(widths)
-    return (time.perf_counter() - start) / (RAW_RUNS * NODES)
 
 
 # -- pev ------------------------------------------------------------------------------------
@@ -161,15 +132,8 @@ POLICY = pev.RecoveryPolicy(max_nodes=NODES, max_parallel=NODES)
 
 
 async def _pev_seconds(case: str, store: pev.Store) -> float:
-    plan = PLANS[case]
-    start = time.perf_counter()
-    result = await pev.run(
-        "benchmark", planner=ScriptedPlanner(plan), tools=[noop], policy=POLICY, store=store
-    )
-    elapsed = time.perf_counter() - start
-    assert result.ok, result
-    assert len(result.outputs) == len(plan.nodes), result
-    return elapsed
+    seconds, _ = await timed_run(PLANS[case], POLICY, store)
+    return seconds
 
 
 async def _in_memory_per_node(
@@ -235,10 +199,7 @@ async def _ledger_floor_seconds(case: str, store: pev.Store) -> float:
             for name in level
         ]
         await ledger.write(task_id, [*finished, *(NodeDispatched(record=r) for r in records)])
-        if len(level) == 1:
-            await asyncio.create_task(_noop())
-        else:
-            await asyncio.gather(*[asyncio.create_task(_noop()) for _ in level])
+        await raw_levels([len(level)])
         done = utc_now()
         finished = [
             NodeFinished(record_id=r.id, status=SUCCEEDED, result=Success(None), at=done)
@@ -341,7 +302,7 @@ class _Samples:
 
 async def _round(folder: Path, round_: int, samples: dict[str, _Samples]) -> None:
     for case, into in samples.items():
-        into.raw.append(await _raw_per_node(case))
+        into.raw.append(await raw_per_node(WIDTHS[case], RAW_RUNS))
         into.ledger_floor.append(await _in_memory_per_node(_ledger_floor_seconds, case))
         into.pev_memory.append(await _in_memory_per_node(_pev_seconds, case))
         into.graph.append(await _graph_per_node(case))
@@ -357,13 +318,7 @@ async def _round(folder: Path, round_: int, samples: dict[str, _Samples]) -> Non
 def bench() -> dict[str, _Samples]:
     """Every shape's samples, one per round (after a check and a warm-up round)."""
     asyncio.run(_check_graphs())
-    with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(_round(Path(tmp), 1, {case: _Samples() for case in SHAPES}))
-    samples = {case: _Samples() for case in SHAPES}
-    for round_ in range(ROUNDS):
-        with tempfile.TemporaryDirectory() as tmp:
-            asyncio.run(_round(Path(tmp), round_, samples))
-    return samples
+    return run_rounds(_round, lambda: {case: _Samples() for case in SHAPES}, ROUNDS)
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -413,14 +368,6 @@ def _figures(s: _Samples) -> _Figures:
     )
 
 
-def _at_most(ratio: float, target: float) -> str:
-    return "met" if ratio <= target else "**not met**"
-
-
-def _at_least(ratio: float, target: float) -> str:
-    return "met" if ratio >= target else "**not met**"
-
-
 def _ratio(value: float) -> str:
     return f"{value:.1f}x" if value < 10 else f"{value:.0f}x"
 
@@ -447,9 +394,9 @@ def _table(figures: dict[str, _Figures]) -> str:
         "|---|---|---|---|",
     ]
     lines += [
-        f"| {LABELS[case]} | {_ratio(f.pev_over_raw)}: {_at_most(f.pev_over_raw, 4)} | "
-        f"{_ratio(f.leaner)}: {_at_least(f.leaner, 8)} | "
-        f"{_ratio(f.leaner_sqlite)}: {_at_least(f.leaner_sqlite, 8)} |"
+        f"| {LABELS[case]} | {_ratio(f.pev_over_raw)}: {met(f.pev_over_raw <= 4)} | "
+        f"{_ratio(f.leaner)}: {met(f.leaner >= 8)} | "
+        f"{_ratio(f.leaner_sqlite)}: {met(f.leaner_sqlite >= 8)} |"
         for case, f in figures.items()
     ]
     lines.append("| target | ≤ 4x | ≥ 8x (pev 8x leaner) | ≥ 8x (pev 8x leaner) |")
@@ -530,19 +477,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", type=Path, help="update the figures in this Markdown file")
     parser.add_argument("--readme", type=Path, help="update the headline table in this README")
     args = parser.parse_args(argv)
-    print(
-        f"benchmarking pev beside LangGraph: {len(SHAPES)} shapes x {ROUNDS} rounds ...",
-        file=sys.stderr,
-    )
+    progress(f"benchmarking pev beside LangGraph: {len(SHAPES)} shapes x {ROUNDS} rounds ...")
     figures = {case: _figures(s) for case, s in bench().items()}
     table = _table(figures)
     print(table)
     if args.write:
         _write(args.write, table)
-        print(f"wrote {args.write}", file=sys.stderr)
+        progress(f"wrote {args.write}")
     if args.readme:
         _write_readme(args.readme, _readme_table(figures))
-        print(f"wrote {args.readme}", file=sys.stderr)
+        progress(f"wrote {args.readme}")
     return 0
 
 

@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 import pev
-from _report import machine_line, write_section
+from _common import noop, raw_levels
+from _report import machine_line, progress, write_section
 
 TASKS = 10_000
 RUNS = 3  # runs per case, each in a fresh process
@@ -47,11 +48,6 @@ PLAN = pev.Plan(
 )
 
 
-@pev.tool(effect="query")
-async def noop() -> None:
-    return None
-
-
 async def planner(request: pev.engine.PlanRequest) -> pev.Plan:
     return PLAN
 
@@ -61,11 +57,8 @@ def _rss_kib() -> int:
 
 
 async def _raw(tasks: int) -> None:
-    async def two_nodes() -> None:
-        await asyncio.create_task(noop.fn())
-        await asyncio.create_task(noop.fn())
-
-    await asyncio.gather(*(two_nodes() for _ in range(tasks)))
+    """`tasks` two-node chains at once, each node its own task."""
+    await asyncio.gather(*(raw_levels((1, 1)) for _ in range(tasks)))
 
 
 async def _case(case: str, tasks: int) -> dict[str, float]:
@@ -183,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, dict[str, float]]] = []
     note = ""
     for case in CASES:
-        print(f"scale: {case}, {args.tasks} tasks x {RUNS} runs ...", file=sys.stderr)
+        progress(f"scale: {case}, {args.tasks} tasks x {RUNS} runs ...")
         timeout = SQLITE_CAP_S if case == "sqlite" else None
         measured = _measure(case, args.tasks, timeout)
         if measured is None:

@@ -54,6 +54,11 @@ IMPURE_STDLIB = frozenset(
         "uuid",
     }
 )
+# The pure core, walked from each of its roots.
+PURE_CORES = [
+    pytest.param(("pev.kernel",), id="kernel"),
+    pytest.param(FOLD_MODULES, id="ledger-fold"),
+]
 CLOCK_CALLS = frozenset({"now", "utcnow", "today", "time", "monotonic", "perf_counter"})
 
 
@@ -114,10 +119,7 @@ def _stdlib_imports(modules: set[str]) -> set[str]:
     return tops & set(sys.stdlib_module_names)
 
 
-@pytest.mark.parametrize(
-    "roots",
-    [pytest.param(("pev.kernel",), id="kernel"), pytest.param(FOLD_MODULES, id="ledger-fold")],
-)
+@pytest.mark.parametrize("roots", PURE_CORES)
 def test_pure_core_imports_only_pure_modules(roots: tuple[str, ...]) -> None:
     """The kernel and the ledger fold reach only the standard library and pure pev modules."""
     allowed = (*PURE_PREFIXES, *FOLD_MODULES)
@@ -133,10 +135,7 @@ def test_pure_core_imports_only_pure_modules(roots: tuple[str, ...]) -> None:
         assert "pev.ledger._store" not in closure
 
 
-@pytest.mark.parametrize(
-    "roots",
-    [pytest.param(("pev.kernel",), id="kernel"), pytest.param(FOLD_MODULES, id="ledger-fold")],
-)
+@pytest.mark.parametrize("roots", PURE_CORES)
 def test_pure_core_uses_no_io_clock_or_randomness(roots: tuple[str, ...]) -> None:
     """No module the pure core imports pulls in I/O, clocks, randomness or logging."""
     closure = _closure(roots)

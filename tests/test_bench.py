@@ -127,7 +127,7 @@ async def test_the_graphs_run_every_node_once() -> None:
 @pytest.mark.usefixtures("bench")
 @pytest.mark.parametrize("case", ["asyncio", "memory", "memory-gc", "sqlite"])
 async def test_every_scale_case_finishes_its_tasks(case: str) -> None:
-    """Each scale case runs its tasks to success and reports its memory."""
+    """Each scale case runs its tasks to success, with every figure its report row needs."""
     scale = _module("bench_scale")
     threshold = gc.get_threshold()
     try:
@@ -135,4 +135,6 @@ async def test_every_scale_case_finishes_its_tasks(case: str) -> None:
     finally:
         gc.set_threshold(*threshold)  # the memory-gc case changes the process's collector
     assert figures["ok"] == figures["tasks"] == 20
-    assert figures["rss_peak_mib"] >= figures["rss_before_mib"]
+    # A peak resident set never shrinks, so comparing it with the one before proves nothing;
+    # the report's row does read every figure (memory included) the case measured.
+    assert f"| {scale.LABELS[case]} | 20 | 20 |" in scale.report([(case, figures)], "")

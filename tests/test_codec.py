@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any
@@ -239,12 +241,6 @@ def test_dumps_refuses_a_non_finite_float_as_the_json_encoder_does(value: object
     assert str(ours.value) == str(theirs.value)
 
 
-def test_dumps_rejects_an_unknown_type() -> None:
-    """Something the codec does not know is a CodecError from dumps too."""
-    with pytest.raises(CodecError, match="a value of type object cannot be encoded"):
-        codec.dumps({"payload": [object()]})
-
-
 @given(VALUES)
 def test_encode_gives_plain_json(value_and_type: tuple[object, Any]) -> None:
     """encode() output survives the standard json module unchanged."""
@@ -366,6 +362,14 @@ def test_wire_format(value: object, text: str) -> None:
 # ---- strict decoding -------------------------------------------------------------------------
 
 RECORD: dict[str, Any] = codec.encode(_record())  # type: ignore[assignment]
+IMAGE: dict[str, Any] = {
+    "id": "e1",
+    "phase": "after",
+    "kind": "image",
+    "source": "cam",
+    "captured_at": "2024-05-01T12:00:00Z",
+    "revision": 1,
+}
 
 
 @pytest.mark.parametrize(
@@ -472,31 +476,14 @@ RECORD: dict[str, Any] = codec.encode(_record())  # type: ignore[assignment]
             id="nan-in-args",
         ),
         pytest.param(
-            {
-                "id": "e1",
-                "phase": "after",
-                "kind": "image",
-                "source": "cam",
-                "captured_at": "2024-05-01T12:00:00Z",
-                "revision": 1,
-                "artifact": "not base64!",
-            },
+            {**IMAGE, "artifact": "not base64!"},
             Evidence,
             "$.artifact",
             "not valid base64",
             id="bad-base64",
         ),
         pytest.param(
-            {
-                "id": "e1",
-                "phase": "after",
-                "kind": "image",
-                "source": "cam",
-                "captured_at": "2024-05-01T12:00:00Z",
-                "revision": 1,
-                "artifact": "cG5n",
-                "sha256": "0" * 64,
-            },
+            {**IMAGE, "artifact": "cG5n", "sha256": "0" * 64},
             Evidence,
             "$",
             "not a valid Evidence",
@@ -544,27 +531,20 @@ def test_loads_rejects_text_that_is_not_json() -> None:
 
 def test_encode_rejects_a_naive_datetime() -> None:
     """A time without a zone is refused on the way out too."""
-    naive = ExecutionRecord(
-        id=RecordId("r1"),
-        task_id=TaskId("t1"),
-        revision=1,
-        node_id="a",
-        tool=None,
-        args_digest="ab",
-        effect=Effect.ACTION,
-        idempotency_key="k",
+    naive = replace(
+        _record(),
         created_at=datetime(2024, 5, 1, 12, 0),  # noqa: DTZ001 - the naive time under test
-        updated_at=T0,
     )
 
     with pytest.raises(CodecError, match="naive datetimes are ambiguous"):
         codec.dumps(naive)
 
 
-def test_encode_rejects_an_unknown_type() -> None:
-    """Something the codec does not know is a CodecError."""
+@pytest.mark.parametrize("write", [codec.encode, codec.dumps], ids=["encode", "dumps"])
+def test_encode_rejects_an_unknown_type(write: Callable[[object], object]) -> None:
+    """Something the codec does not know is a CodecError, from encode and dumps alike."""
     with pytest.raises(CodecError, match="a value of type object cannot be encoded"):
-        codec.encode({"payload": [object()]})
+        write({"payload": [object()]})
 
 
 def test_codec_error_is_a_pev_error() -> None:

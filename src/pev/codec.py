@@ -401,7 +401,7 @@ def _decode(data: object, tp: Any, path: str) -> object:
         (item_tp,) = typing.get_args(tp)
         items = _expect(data, list, path)
         return frozenset(_decode(item, item_tp, f"{path}[{i}]") for i, item in enumerate(items))
-    if origin is dict or origin is Mapping or origin is typing.Mapping:
+    if origin is dict or origin is Mapping:  # typing.Mapping[...] has this origin too
         _, value_tp = typing.get_args(tp)
         obj = _expect(data, dict, path)
         decoded = {key: _decode(v, value_tp, f"{path}.{key}") for key, v in obj.items()}

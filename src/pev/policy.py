@@ -36,17 +36,16 @@ class RecoveryPolicy:
     max_nodes: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("max_replans", "local_limit"):
+        for name, least in (
+            ("max_replans", 0),
+            ("local_limit", 0),
+            ("max_parallel", 1),
+            ("max_nodes", 1),
+        ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(
-                    f"RecoveryPolicy.{name} must be a whole number >= 0, got {value!r}"
-                )
-        for name in ("max_parallel", "max_nodes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"RecoveryPolicy.{name} must be a whole number >= 1, got {value!r}"
+                    f"RecoveryPolicy.{name} must be a whole number >= {least}, got {value!r}"
                 )
         for name in ("replan_timeout_s", "node_timeout_s", "verify_timeout_s", "task_timeout_s"):
             value = getattr(self, name)

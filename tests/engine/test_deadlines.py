@@ -41,6 +41,12 @@ def _slow_then_more(effect: str) -> Plan:
     )
 
 
+async def _slow_pass(request: VerifyRequest) -> Verdict:
+    """A verifier that passes the round after WAIT_S: it must be stopped before then."""
+    await asyncio.sleep(WAIT_S)
+    return Verdict.passed(request.contract)
+
+
 async def _cancel_once_started(engine: Engine, started: asyncio.Event, task_id: str) -> None:
     await asyncio.wait_for(started.wait(), WAIT_S)
     await pev.cancel(task_id, store=engine.store, reason="operator said stop")
@@ -211,15 +217,10 @@ async def test_a_planner_slower_than_the_task_deadline_ends_the_task(engine: Eng
 
 async def test_a_verifier_slower_than_the_task_deadline_ends_the_task(engine: Engine) -> None:
     """The verifier still thinking at the task deadline: failed/task_deadline_expired."""
-
-    async def slow(request: VerifyRequest) -> Verdict:
-        await asyncio.sleep(WAIT_S)
-        return Verdict.passed(request.contract)
-
     result = await engine.run(
         planner=ScriptedPlanner(_slow_then_more("query")),
         executor=FunctionExecutor(),
-        verifier=ScriptedVerifier(slow),
+        verifier=ScriptedVerifier(_slow_pass),
         contract=RECOVERY,
         policy=RecoveryPolicy(task_timeout_s=0.1),
     )
@@ -232,15 +233,10 @@ async def test_a_verifier_slower_than_the_task_deadline_ends_the_task(engine: En
 
 async def test_a_verifier_past_verify_timeout_counts_as_thrown(engine: Engine) -> None:
     """A verifier slower than verify_timeout_s is unreliable: partial/verifier_unreliable."""
-
-    async def slow(request: VerifyRequest) -> Verdict:
-        await asyncio.sleep(WAIT_S)
-        return Verdict.passed(request.contract)
-
     result = await engine.run(
         planner=ScriptedPlanner(_slow_then_more("query")),
         executor=FunctionExecutor(),
-        verifier=ScriptedVerifier(slow),
+        verifier=ScriptedVerifier(_slow_pass),
         contract=RECOVERY,
         policy=RecoveryPolicy(verify_timeout_s=0.05),
     )

@@ -21,20 +21,11 @@ from pev.ledger import (
 from pev.model import Plan, PlanNode, VerificationContract, VerificationMode
 from pev.policy import RecoveryPolicy
 from pev.stores import MemoryStore, SQLiteStore
+from pev.testing import FakeClock
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CONTRACT = VerificationContract(VerificationMode.RECOVERY, "water the plants", ("soil is damp",))
 PLAN = Plan("water the plants", (PlanNode("pour", "pour water", tool="can"),))
-
-
-class Clock:
-    """A fixed clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 async def _awaiting_replan(ledger: Ledger, task_id: str, *, now: datetime = T0) -> None:
@@ -50,7 +41,7 @@ async def _awaiting_replan(ledger: Ledger, task_id: str, *, now: datetime = T0) 
 
 async def test_refused_batch_writes_nothing() -> None:
     """A batch with one event the state refuses is not written at all, not even its first part."""
-    ledger = Ledger(MemoryStore(), clock=Clock())
+    ledger = Ledger(MemoryStore(), clock=FakeClock(T0))
     await ledger.create("water", contract=CONTRACT, task_id="t")
     revision = RevisionStarted(
         number=1, revision_kind=RevisionKind.INITIAL, reason="initial plan", plan=PLAN
@@ -64,7 +55,7 @@ async def test_refused_batch_writes_nothing() -> None:
 async def test_state_reads_through_another_writer() -> None:
     """A second Ledger over the same store sees the events the first one wrote."""
     store = MemoryStore()
-    first, second = Ledger(store, clock=Clock()), Ledger(store, clock=Clock())
+    first, second = Ledger(store, clock=FakeClock(T0)), Ledger(store, clock=FakeClock(T0))
     await first.create("water", contract=CONTRACT, task_id="t")
     assert (await second.state("t")).phase is TaskPhase.PLANNING
     await first.cancel("t", reason="rain")
@@ -79,11 +70,12 @@ async def test_state_of_an_unknown_task_raises() -> None:
 
 async def test_expire_overdue_ends_only_overdue_tasks() -> None:
     """expire_overdue fails the task past its replan deadline and leaves the other."""
-    clock = Clock()
+    clock = FakeClock(T0)
     ledger = Ledger(MemoryStore(), clock=clock)
     await _awaiting_replan(ledger, "late")
-    clock.now = T0 + timedelta(seconds=30)
-    await _awaiting_replan(ledger, "fresh", now=clock.now)  # due at T0 + 90 s
+    later = T0 + timedelta(seconds=30)
+    clock.set(later)
+    await _awaiting_replan(ledger, "fresh", now=later)  # due at T0 + 90 s
     assert await ledger.expire_overdue(T0 + timedelta(seconds=60)) == ("late",)
     late = await ledger.state("late")
     assert late.finished is not None
@@ -96,7 +88,7 @@ async def test_expire_overdue_ends_only_overdue_tasks() -> None:
 
 async def test_cancel_of_an_ended_task_returns_it_unchanged() -> None:
     """Cancelling a terminal task writes nothing and returns its state."""
-    ledger = Ledger(MemoryStore(), clock=Clock())
+    ledger = Ledger(MemoryStore(), clock=FakeClock(T0))
     await _awaiting_replan(ledger, "t")
     ended = await ledger.cancel("t", reason="first")
     assert ended.phase is TaskPhase.CANCELLED
@@ -107,7 +99,7 @@ async def test_cancel_of_an_ended_task_returns_it_unchanged() -> None:
 
 async def test_awaiting_replan_deadline_follows_the_policy() -> None:
     """The awaiting_replan event carries now + replan_timeout_s."""
-    ledger = Ledger(MemoryStore(), clock=Clock())
+    ledger = Ledger(MemoryStore(), clock=FakeClock(T0))
     await _awaiting_replan(ledger, "t")
     last = (await ledger.entries("t"))[-1].event
     assert last == AwaitingReplan(

@@ -19,9 +19,6 @@ from typing import Any
 
 import pytest
 
-API_KEY = "sk-test-pev-3f9c1e7d-DO-NOT-LEAK"
-MODEL = "scripted-model"
-
 Content = str | Callable[["Seen"], str]
 """The assistant's text, or a function of the request that returns it."""
 
@@ -62,11 +59,13 @@ class Seen:
 
 @dataclass
 class ChatServer:
-    """The scripted server; ``url`` is its ``/v1`` root."""
+    """The scripted server; ``url`` is its ``/v1`` root, ``model`` what it answers as.
+
+    It takes any API key: what a client sends is in ``requests``, for a test to check.
+    """
 
     url: str = ""
-    api_key: str = API_KEY
-    model: str = MODEL
+    model: str = "scripted-model"
     replies: deque[Scripted] = field(default_factory=deque)
     requests: list[Seen] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -121,7 +120,7 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                     "id": "chatcmpl-scripted",
                     "object": "chat.completion",
                     "created": 0,
-                    "model": MODEL,
+                    "model": server.model,
                     "choices": [
                         {
                             "index": 0,

@@ -24,8 +24,7 @@ from pev.testing import MemoryStore, ScriptedVerifier
 if TYPE_CHECKING:
     from conftest import ChatServer, Seen
 
-API_KEY = "sk-test-pev-3f9c1e7d-DO-NOT-LEAK"  # the key conftest's server expects
-MODEL = "scripted-model"  # the model conftest's server answers as
+API_KEY = "sk-test-pev-3f9c1e7d-DO-NOT-LEAK"  # the server takes any key; none may leak
 FETCHED = "the forecast for Oslo was fetched"
 PUBLISHED = "the forecast was published"
 CONTRACT = VerificationContract(
@@ -70,7 +69,6 @@ PLAN_TEXT = json.dumps({"goal": "publish the forecast for Oslo", "nodes": [LOOK,
 async def run_with_llm_planner(
     server: ChatServer, *, verifier: Any = None
 ) -> tuple[pev.RunResult, tuple[LedgerEntry, ...]]:
-    assert (server.api_key, server.model) == (API_KEY, MODEL)
     store = MemoryStore()
     async with OpenAIChat("planner", base_url=server.url, api_key=API_KEY, max_retries=1) as chat:
         result = await pev.run(
@@ -134,8 +132,8 @@ async def test_usage_of_rejected_and_accepted_plans_is_recorded(chat_server: Cha
     _, entries = await run_with_llm_planner(chat_server)
     [rejected] = events_of(entries, PlanRejected)
     [revision] = events_of(entries, RevisionStarted)
-    assert rejected.usage == Usage(model=MODEL, input_tokens=50, output_tokens=5)
-    assert revision.usage == Usage(model=MODEL, input_tokens=80, output_tokens=40)
+    assert rejected.usage == Usage(model=chat_server.model, input_tokens=50, output_tokens=5)
+    assert revision.usage == Usage(model=chat_server.model, input_tokens=80, output_tokens=40)
 
 
 async def test_the_request_asks_for_a_plan_schema_naming_the_tools(
@@ -239,6 +237,6 @@ async def test_planner_and_verifier_over_one_endpoint(chat_server: ChatServer) -
     entries = await Ledger(store).entries(result.task_id)
     [verdict] = events_of(entries, VerdictRecorded)
     assert verdict.reliability is Reliability.OK
-    assert verdict.usage == Usage(model=MODEL, input_tokens=300, output_tokens=90)
+    assert verdict.usage == Usage(model=chat_server.model, input_tokens=300, output_tokens=90)
     assert events_of(entries, RevisionStarted)[0].usage.input_tokens == 100
     assert all(API_KEY not in dumps(entry) for entry in entries)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
@@ -259,12 +260,8 @@ def test_the_verifier_prompt_holds_results_records_and_refs() -> None:
 
 def test_a_reconciled_record_says_what_was_established() -> None:
     """A record of unknown outcome that a reconciliation settled is shown with the settlement."""
-    request = VerifyRequest(
-        task_id=TaskId("t1"),
-        input={"cup": "red"},
-        contract=CONTRACT,
-        plan=PLAN,
-        revision=1,
+    request = dataclasses.replace(
+        verify_request(),
         results={"look": Success({"cup": "left"}), "move": Success({"moved": True})},
         records=(
             record("look", RecordStatus.SUCCEEDED),

@@ -18,8 +18,7 @@ from pev.testing import MemoryStore, ScriptedPlanner, StaticObserver
 if TYPE_CHECKING:
     from conftest import ChatServer, Seen
 
-API_KEY = "sk-test-pev-3f9c1e7d-DO-NOT-LEAK"  # the key conftest's server expects
-MODEL = "scripted-model"  # the model conftest's server answers as
+API_KEY = "sk-test-pev-3f9c1e7d-DO-NOT-LEAK"  # the server takes any key; none may leak
 
 FETCHED = "the forecast for Oslo was fetched"
 PUBLISHED = "the forecast was published"
@@ -51,48 +50,35 @@ def publish(text: str) -> dict[str, Any]:
     return {"published": text}
 
 
+def verdict_text(cited: dict[str, list[str]], refs: list[str]) -> str:
+    """A success verdict answering each criterion of ``cited`` with the references given."""
+    return json.dumps(
+        {
+            "status": "success",
+            "criteria": [
+                {"criterion": criterion, "status": "satisfied", "evidence_refs": criterion_refs}
+                for criterion, criterion_refs in cited.items()
+            ],
+            "failed_nodes": [],
+            "feedback": "",
+            "unmet_criteria": [],
+            "preserved_constraints": [],
+            "guidance": "",
+            "evidence_refs": refs,
+        }
+    )
+
+
 def verdict_citing_records(seen: Seen) -> str:
     """A valid verdict that cites the records the prompt lists (the model's job, done right)."""
     refs = seen.refs
     assert refs, "the prompt lists the records a verdict may cite"
-    return json.dumps(
-        {
-            "status": "success",
-            "criteria": [
-                {"criterion": FETCHED, "status": "satisfied", "evidence_refs": refs[:1]},
-                {"criterion": PUBLISHED, "status": "satisfied", "evidence_refs": refs[-1:]},
-            ],
-            "failed_nodes": [],
-            "feedback": "",
-            "unmet_criteria": [],
-            "preserved_constraints": [],
-            "guidance": "",
-            "evidence_refs": refs,
-        }
-    )
-
-
-def verdict_text(*, criteria: list[str], refs: list[str]) -> str:
-    return json.dumps(
-        {
-            "status": "success",
-            "criteria": [
-                {"criterion": c, "status": "satisfied", "evidence_refs": refs} for c in criteria
-            ],
-            "failed_nodes": [],
-            "feedback": "",
-            "unmet_criteria": [],
-            "preserved_constraints": [],
-            "guidance": "",
-            "evidence_refs": refs,
-        }
-    )
+    return verdict_text({FETCHED: refs[:1], PUBLISHED: refs[-1:]}, refs)
 
 
 async def run_with_llm_verifier(
     server: ChatServer, *, timeout_s: float = 5.0, observer: StaticObserver | None = None
 ) -> tuple[pev.RunResult, tuple[LedgerEntry, ...], VerdictRecorded]:
-    assert (server.api_key, server.model) == (API_KEY, MODEL)
     store = MemoryStore()
     async with OpenAIChat(
         "judge", base_url=server.url, api_key=API_KEY, timeout_s=timeout_s, max_retries=1
@@ -131,7 +117,7 @@ async def test_usage_and_model_are_recorded_and_the_key_is_not(chat_server: Chat
     """The model's name and tokens reach the verdict event; the API key reaches no entry."""
     chat_server.reply(verdict_citing_records, prompt_tokens=120, completion_tokens=30)
     _, entries, verdict = await run_with_llm_verifier(chat_server)
-    assert verdict.usage == Usage(model=MODEL, input_tokens=120, output_tokens=30)
+    assert verdict.usage == Usage(model=chat_server.model, input_tokens=120, output_tokens=30)
     [seen] = chat_server.requests
     assert seen.headers["authorization"] == f"Bearer {API_KEY}"  # it was sent, to the server
     assert_no_key(entries)
@@ -169,7 +155,7 @@ async def test_schema_violating_output_is_malformed(chat_server: ChatServer) -> 
 
 async def test_a_wrong_criteria_list_is_malformed(chat_server: ChatServer) -> None:
     """One criterion answered, the other paraphrased: malformed, never acted on."""
-    chat_server.reply(verdict_text(criteria=[FETCHED, "it got published"], refs=[]))
+    chat_server.reply(verdict_text({FETCHED: [], "it got published": []}, refs=[]))
     result, _, verdict = await run_with_llm_verifier(chat_server)
     assert verdict.reliability is Reliability.MALFORMED
     assert any("no result for contract criteria" in p for p in verdict.problems)
@@ -178,7 +164,8 @@ async def test_a_wrong_criteria_list_is_malformed(chat_server: ChatServer) -> No
 
 async def test_citing_unknown_evidence_is_malformed(chat_server: ChatServer) -> None:
     """A citation of a record that does not exist: malformed."""
-    chat_server.reply(verdict_text(criteria=[FETCHED, PUBLISHED], refs=["record:made-up"]))
+    made_up = ["record:made-up"]
+    chat_server.reply(verdict_text({FETCHED: made_up, PUBLISHED: made_up}, refs=made_up))
     result, _, verdict = await run_with_llm_verifier(chat_server)
     assert verdict.reliability is Reliability.MALFORMED
     assert any("do not exist" in p for p in verdict.problems)

@@ -58,22 +58,12 @@ from pev.model import (
 )
 from pev.rails import RailBus, RailEvent
 from pev.stores import MemoryStore
+from pev.testing import FakeClock
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 CONTRACT = VerificationContract(
     VerificationMode.RECOVERY, "water the plants", ("soil is damp",), required_evidence=("state",)
 )
-
-
-class Clock:
-    """A clock that moves one second each time it is read."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(seconds=1)
-        return self.now
 
 
 @dataclass
@@ -94,7 +84,8 @@ class Tasks:
     """Writes tasks into one ledger, optionally emitting each append to a bus."""
 
     def __init__(self, bus: RailBus | None = None) -> None:
-        self.clock = Clock()
+        # Moves one second each time it is read, from one second past START.
+        self.clock = FakeClock(START + timedelta(seconds=1), step=1)
         self.ledger = Ledger(MemoryStore(), clock=self.clock)
         self.bus = bus
         self._records = 0

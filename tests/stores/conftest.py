@@ -54,6 +54,7 @@ from pev.model import (
     digest,
 )
 from pev.stores import MemoryStore, SQLiteStore
+from pev.testing import FakeClock
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -239,20 +240,6 @@ def tamper(backend: Backend, store: Store) -> Tamper:
 # --- time, ledgers and tasks -----------------------------------------------------------------
 
 
-class FakeClock:
-    """A UTC clock that moves one second each time it is read, and jumps on request."""
-
-    def __init__(self, start: datetime = START) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(seconds=1)
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
 CONTRACT = VerificationContract(
     VerificationMode.RECOVERY, "fetch the answer", ("the answer is stored",)
 )
@@ -280,9 +267,8 @@ class TaskFactory:
 
     async def verifying(self, task_id: str) -> TaskState:
         """A task whose one node ran and succeeded (5 events)."""
-        await self.executing(task_id)
+        now = _written_at(await self.executing(task_id))
         record_id = RecordId(f"{task_id}-r1")
-        now = self.clock.now
         record = ExecutionRecord(
             id=record_id,
             task_id=task_id,
@@ -316,7 +302,7 @@ class TaskFactory:
             ],
         )
         decision = LocalReplan(frozenset({"a"}), "wrong answer")
-        return await self.ledger.append(task_id, dispatch(state, decision, now=self.clock.now))
+        return await self.ledger.append(task_id, dispatch(state, decision, now=_written_at(state)))
 
     async def finished(self, task_id: str) -> TaskState:
         """A task that ended succeeded/passed (8 events)."""
@@ -326,7 +312,7 @@ class TaskFactory:
             task_id, [VerdictRecorded(revision=1, verdict=verdict, reliability=Reliability.OK)]
         )
         decision = Finish(TaskStatus.SUCCEEDED, TerminalReason.PASSED)
-        return await self.ledger.append(task_id, dispatch(state, decision, now=self.clock.now))
+        return await self.ledger.append(task_id, dispatch(state, decision, now=_written_at(state)))
 
     @staticmethod
     def revision(number: int = 1) -> RevisionStarted:
@@ -341,10 +327,16 @@ class TaskFactory:
         return CaptureFailed(revision=1, phase=EvidencePhase.AFTER, error=error)
 
 
+def _written_at(state: TaskState) -> datetime:
+    """When the task's last event was written: the ledger clock's latest reading."""
+    assert state.updated_at is not None
+    return state.updated_at
+
+
 @pytest.fixture
 def clock() -> FakeClock:
-    """A fake clock starting at 2026-01-01T00:00:00Z."""
-    return FakeClock()
+    """A fake clock that moves one second each time it is read, from 2026-01-01T00:00:01Z."""
+    return FakeClock(START + timedelta(seconds=1), step=1)
 
 
 @pytest.fixture

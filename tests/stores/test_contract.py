@@ -42,7 +42,8 @@ from pev.model import (
 from pev.policy import RecoveryPolicy
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
-    from conftest import FakeClock, TaskFactory
+    from conftest import TaskFactory
+    from pev.testing import FakeClock
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PLAN = Plan("fetch the answer", (PlanNode("a", "fetch it", tool="fetch"),))

@@ -265,7 +265,7 @@ async def test_garbage_event_is_reported_by_verify(
     assert "event 4" in report.problem
 
 
-async def test_rows_before_the_garbage_still_read(store: SQLiteStore, tasks: TaskFactory) -> None:
+async def test_rows_after_the_garbage_still_read(store: SQLiteStore, tasks: TaskFactory) -> None:
     """Reading after a garbage row's seq is unaffected by it."""
     await tasks.awaiting_replan("t1")
     _overwrite_event(store.location, "t1", 4, "{not json at all")

@@ -21,7 +21,7 @@ from pev import engine
 from pev.cli._demo import DEMO_FAULTS, run_demos
 from pev.cli._lessons import lesson_list, lesson_view
 from pev.cli._progress import ConsoleRail, result_line
-from pev.cli._render import STATUS_STYLE, chain_report, task_table, timeline
+from pev.cli._render import STATUS_STYLE, chain_report, task_heading, task_table, timeline
 from pev.cli._taskfile import TaskFileError, load_task_file
 from pev.engine import RunResult
 from pev.errors import (
@@ -164,15 +164,19 @@ def tasks(db: Path, statuses: Sequence[str], limit: int) -> None:
         console.print("no tasks" + (" with that status" if statuses else f" in {db}"))
 
 
+async def _all_task_ids(ledger: Ledger) -> list[str]:
+    """Every task's id, newest first, read a page at a time."""
+    ids: list[str] = []
+    while page := await ledger.tasks(limit=500, offset=len(ids)):
+        ids.extend(summary.task_id for summary in page)
+    return ids
+
+
 async def _resolve(ledger: Ledger, task_id: str) -> str:
     """The full id of the one task whose id is ``task_id`` or starts with it."""
     if await ledger.store.summary(task_id) is not None:
         return task_id
-    matches: list[str] = []
-    offset = 0
-    while page := await ledger.tasks(limit=500, offset=offset):
-        matches.extend(s.task_id for s in page if s.task_id.startswith(task_id))
-        offset += len(page)
+    matches = [full for full in await _all_task_ids(ledger) if full.startswith(task_id)]
     if len(matches) > 1:
         shown = ", ".join(sorted(matches)[:5])
         raise BadArgument(f"task id prefix {task_id!r} is ambiguous ({shown}); type more")
@@ -210,10 +214,7 @@ def verify(db: Path, task_ids: Sequence[str]) -> None:
     async def check(ledger: Ledger) -> list[ChainReport]:
         ids = [await _resolve(ledger, task_id) for task_id in task_ids]
         if not ids:
-            offset = 0
-            while page := await ledger.tasks(limit=500, offset=offset):
-                ids.extend(summary.task_id for summary in page)
-                offset += len(page)
+            ids = await _all_task_ids(ledger)
         return [await ledger.verify(task_id) for task_id in ids]
 
     reports = _run(db, check)
@@ -406,7 +407,8 @@ def cancel_command(db: Path, task_id: str, reason: str) -> None:
 
 
 def _cancel_report(before: TaskState, after: TaskState) -> Text:
-    line = Text.assemble(("task ", "bold"), (after.task_id, "bold cyan"), ": ")
+    line = task_heading(after.task_id)
+    line.append(": ")
     if after.finished is not None:
         ending = f"{after.finished.status}/{after.finished.reason}"
         line.append(ending, style=STATUS_STYLE[after.finished.status])

@@ -12,9 +12,8 @@ from datetime import datetime
 from rich.console import Console
 from rich.text import Text
 
-from pev.cli._render import STATUS_STYLE, describe_decision
+from pev.cli._render import STATUS_STYLE, decision_text, diagnosis_text, task_heading
 from pev.engine import RunResult
-from pev.kernel import Decision, Finish
 from pev.ledger import (
     Diagnosed,
     Dispatched,
@@ -88,7 +87,7 @@ def progress_line(event: RailEvent, *, began: datetime | None = None) -> Text | 
     """
     match event.event:
         case TaskCreated(contract=contract):
-            line = Text.assemble(("task ", "bold"), (str(event.task_id), "bold cyan"))
+            line = task_heading(str(event.task_id))
             line.append(f" started, verification {contract.mode}", style="dim")
             return line
         case RevisionStarted() as started if event.phase is RailPhase.REVISION_STARTED:
@@ -122,13 +121,9 @@ def progress_line(event: RailEvent, *, began: datetime | None = None) -> Text | 
         case VerdictRecorded() as recorded:
             return _verdict(recorded)
         case Diagnosed(diagnosis=diagnosis):
-            return Text.assemble(
-                ("diagnosis: ", "bold"),
-                (str(diagnosis.cause), "yellow"),
-                f"  {diagnosis.detail}" if diagnosis.detail else "",
-            )
+            return diagnosis_text(diagnosis)
         case Dispatched(decision=decision):
-            return Text.assemble(("decision: ", "bold"), _decision(decision))
+            return Text.assemble(("decision: ", "bold"), decision_text(decision))
         case TaskFinished(status=status, reason=reason):
             return Text.assemble(
                 ("finished: ", "bold"), (f"{status}/{reason}", STATUS_STYLE[status])
@@ -157,19 +152,11 @@ def _verdict(recorded: VerdictRecorded) -> Text:
     return line
 
 
-def _decision(decision: Decision) -> Text:
-    style = STATUS_STYLE.get(decision.status, "") if isinstance(decision, Finish) else "cyan"
-    return Text(describe_decision(decision), style=style)
-
-
 def result_line(result: RunResult) -> Text:
     """The last line of `pev run` and `pev resume`: the task and how it ended."""
-    line = Text.assemble(
-        ("task ", "bold"),
-        (str(result.task_id), "bold cyan"),
-        ": ",
-        (f"{result.status}/{result.reason}", STATUS_STYLE[result.status]),
-    )
+    line = task_heading(str(result.task_id))
+    line.append(": ")
+    line.append(f"{result.status}/{result.reason}", style=STATUS_STYLE[result.status])
     if result.detail and not result.ok:
         line.append(f"  {result.detail}", style="dim")
     return line

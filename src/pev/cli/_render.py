@@ -8,10 +8,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from pev.kernel import Finish, GlobalReplan, LocalReplan, TaskStatus
+from pev.kernel import Decision, Diagnosis, Finish, GlobalReplan, LocalReplan, TaskStatus
 from pev.ledger import (
     ChainReport,
-    Diagnosed,
     Dispatched,
     PlanRejected,
     Revision,
@@ -27,7 +26,10 @@ __all__ = [
     "SHORT_ID",
     "STATUS_STYLE",
     "chain_report",
+    "decision_text",
     "describe_decision",
+    "diagnosis_text",
+    "task_heading",
     "task_table",
     "timeline",
 ]
@@ -52,6 +54,11 @@ _CRITERION_MARK = {
     CriterionStatus.UNSATISFIED: Text("✗", style="red"),
     CriterionStatus.UNKNOWN: Text("?", style="yellow"),
 }
+
+
+def task_heading(task_id: str) -> Text:
+    """``task <id>``, as every view of a task begins."""
+    return Text.assemble(("task ", "bold"), (task_id, "bold cyan"))
 
 
 def _status_text(phase: TaskPhase, status: TaskStatus | None) -> Text:
@@ -94,8 +101,7 @@ def timeline(state: TaskState) -> Group:
 
 def _header(state: TaskState) -> RenderableType:
     contract = state.contract
-    head = Text.assemble(("task ", "bold"), (state.task_id, "bold cyan"))
-    lines = [head, Text(f"input: {canonical_json(state.created.input)}")]
+    lines = [task_heading(state.task_id), Text(f"input: {canonical_json(state.created.input)}")]
     lines.append(
         Text(f"contract: {contract.mode}" + (f", goal: {contract.goal}" if contract.goal else ""))
     )
@@ -145,7 +151,7 @@ def _verdicts(state: TaskState, number: int) -> list[RenderableType]:
     refs = known_refs(state)
     for recorded in (v for v in state.verdicts if v.revision == number):
         parts.extend(_verdict(recorded, refs))
-    parts.extend(_diagnosis(d) for d in state.diagnoses if d.revision == number)
+    parts.extend(diagnosis_text(d.diagnosis) for d in state.diagnoses if d.revision == number)
     parts.extend(_decision(d) for d in state.decisions if d.revision == number)
     return parts
 
@@ -175,27 +181,31 @@ def _verdict(recorded: VerdictRecorded, refs: frozenset[str]) -> list[Renderable
     return parts
 
 
-def _diagnosis(diagnosed: Diagnosed) -> RenderableType:
-    diagnosis = diagnosed.diagnosis
+def diagnosis_text(diagnosis: Diagnosis) -> Text:
+    """``diagnosis: <cause>  <detail>``."""
     return Text.assemble(
-        ("diagnosis: ", "bold"), (str(diagnosis.cause), "yellow"), f"  {diagnosis.detail}"
+        ("diagnosis: ", "bold"),
+        (str(diagnosis.cause), "yellow"),
+        f"  {diagnosis.detail}" if diagnosis.detail else "",
     )
 
 
 def _decision(dispatched: Dispatched) -> RenderableType:
     decision = dispatched.decision
     line = Text("decision: ", style="bold")
-    match decision:
-        case Finish(status=status, reason=reason, shadow=shadow):
-            line.append(f"finish {status}/{reason}", style=STATUS_STYLE.get(status, ""))
-            if shadow is not None:
-                line.append(f"  (recovery would have: {describe_decision(shadow)})", style="dim")
-        case LocalReplan() | GlobalReplan():
-            line.append(describe_decision(decision), style="cyan")
+    line.append_text(decision_text(decision))
+    if isinstance(decision, Finish) and decision.shadow is not None:
+        line.append(f"  (recovery would have: {describe_decision(decision.shadow)})", style="dim")
     return line
 
 
-def describe_decision(decision: Finish | LocalReplan | GlobalReplan) -> str:
+def decision_text(decision: Decision) -> Text:
+    """A decision in words, a finish in its status's colour and a replan in cyan."""
+    style = STATUS_STYLE.get(decision.status, "") if isinstance(decision, Finish) else "cyan"
+    return Text(describe_decision(decision), style=style)
+
+
+def describe_decision(decision: Decision) -> str:
     """A decision in words: ``finish succeeded/passed``, ``local replan of a, b``, ...."""
     match decision:
         case Finish(status=status, reason=reason):

@@ -41,8 +41,7 @@ def default_contract(input: JsonValue, verifier: object | None) -> VerificationC
     """
     if verifier is None:
         return VerificationContract(VerificationMode.OFF)
-    goal = input if isinstance(input, str) else canonical_json(input)
-    return VerificationContract(VerificationMode.RECOVERY, goal, (DEFAULT_CRITERION,))
+    return VerificationContract(VerificationMode.RECOVERY, _text(input), (DEFAULT_CRITERION,))
 
 
 async def run(
@@ -133,6 +132,7 @@ async def _advice(
 
 
 def _text(input: JsonValue) -> str:  # noqa: A002
+    """The input as text: a string as it is, anything else as canonical JSON."""
     return input if isinstance(input, str) else canonical_json(input)
 
 

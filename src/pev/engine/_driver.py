@@ -86,6 +86,10 @@ log = logging.getLogger("pev.engine")
 _CONFLICT_RETRIES = 8
 _EXPIRE_EVERY_POLLS = 20
 
+# What a planner or verifier call may raise that is a bug, not a failure to record: a programming
+# error, or pev's own misuse errors (a bug in the caller). They propagate out of the run.
+_BUGS = (AssertionError, UsageError, StateError)
+
 
 class Driver:
     """Drives one task from whatever phase its ledger says it is in, to a terminal state."""
@@ -209,7 +213,13 @@ class Driver:
 
     def remaining_s(self) -> float | None:
         """Seconds left before the task deadline, or ``None`` without one."""
-        deadline = self.state.created.task_deadline
+        return self._seconds_until(self.state.created.task_deadline)
+
+    def within_deadline(self, seconds: float | None) -> float | None:
+        """``seconds``, cut to the time left before the task deadline; ``None``: no bound."""
+        return _earliest(seconds, self.remaining_s())
+
+    def _seconds_until(self, deadline: datetime | None) -> float | None:
         if deadline is None:
             return None
         return max((deadline - self._clock()).total_seconds(), 0.0)
@@ -256,11 +266,6 @@ class Driver:
             raise _CancelledMeanwhile
         raise TimeoutError
 
-    @staticmethod
-    def _bound(*limits: float | None) -> float | None:
-        present = [limit for limit in limits if limit is not None]
-        return min(present) if present else None
-
     # -- what a round uses ----------------------------------------------------------------
 
     @property
@@ -294,8 +299,7 @@ class Driver:
     def node_timeout(self, node: PlanNode) -> float | None:
         """The node's timeout: its tool's own, else the policy's, within the task deadline."""
         own = self._c.tool_timeouts.get(node.tool or "") or self.state.policy.node_timeout_s
-        remaining = self.remaining_s()
-        return own if remaining is None else self._bound(own, remaining)
+        return self.within_deadline(own)
 
     async def execute(self, node: PlanNode, context: NodeContext) -> object:
         """Call the executor."""
@@ -307,13 +311,9 @@ class Driver:
         state = self.state
         kind = state.planning or RevisionKind.INITIAL
         request = plan_request(state, tools=self._c.tools, lessons=self._lessons)
-        replan_left = (
-            max((state.replan_deadline - self._clock()).total_seconds(), 0.0)
-            if state.replan_deadline is not None
-            else None
-        )
+        replan_left = self._seconds_until(state.replan_deadline)
         remaining = self.remaining_s()
-        timeout = self._bound(replan_left, remaining)
+        timeout = _earliest(replan_left, remaining)
         try:
             returned = await self._call(self._c.plan(request), timeout)
         except _CancelledMeanwhile:
@@ -333,12 +333,8 @@ class Driver:
                 ending = self._task_deadline_finish()
             await self.write([ending])
             return
-        except AssertionError:
+        except _BUGS:
             raise
-        except PevError as exc:
-            if _is_misuse(exc):
-                raise
-            returned = _PlannerFailed(f"the planner raised {type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - a planner that raises is a rejected plan
             returned = _PlannerFailed(f"the planner raised {type(exc).__name__}: {exc}")
         redo = redo_set(state) if kind is RevisionKind.LOCAL else frozenset()
@@ -525,7 +521,7 @@ class Driver:
         )
         own = state.policy.verify_timeout_s
         remaining = self.remaining_s()
-        timeout = self._bound(own, remaining)
+        timeout = _earliest(own, remaining)
         try:
             raw = await self._call(verify(request), timeout)
         except _CancelledMeanwhile:
@@ -534,12 +530,8 @@ class Driver:
             if remaining is not None and (own is None or remaining < own):
                 return None
             return _thrown(revision.number, f"the verifier ran past verify_timeout_s={own:g}")
-        except AssertionError:
-            raise  # a programming error is a bug, not a verdict
-        except PevError as exc:
-            if _is_misuse(exc):
-                raise
-            return _thrown(revision.number, f"{type(exc).__name__}: {exc}")
+        except _BUGS:
+            raise
         except Exception as exc:  # noqa: BLE001 - a verifier that raises is `thrown`
             return _thrown(revision.number, f"{type(exc).__name__}: {exc}")
         check = classify_verdict(
@@ -584,9 +576,10 @@ def _current(state: TaskState) -> Revision:
     return revision
 
 
-def _is_misuse(exc: PevError) -> bool:
-    """Pev's own misuse errors are bugs in the caller and propagate; others are failures."""
-    return isinstance(exc, UsageError | StateError)
+def _earliest(*limits: float | None) -> float | None:
+    """The smallest of the limits given; ``None`` when none is."""
+    present = [limit for limit in limits if limit is not None]
+    return min(present) if present else None
 
 
 def _thrown(revision: int, problem: str) -> VerdictRecorded:

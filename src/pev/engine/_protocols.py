@@ -307,10 +307,7 @@ _THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="pev-sync")
 def adapt(component: object, method: str) -> Callable[..., Awaitable[Any]]:
     """The async callable behind a component: its ``method``, or the component if callable.
 
-    A coroutine function is awaited as it is; a sync one runs in pev's bounded thread pool
-    (32 threads), copying the caller's context variables. A sync call that times out keeps
-    running in its thread: Python cannot stop a thread, so a sync tool should honour its
-    deadline itself.
+    See :func:`as_async` for how a sync one is run.
 
     Raises:
         TypeError: The component has no such method and is not callable.
@@ -323,9 +320,24 @@ def adapt(component: object, method: str) -> Callable[..., Awaitable[Any]]:
                 f"pass an object with an async or sync {method}() method, or a function"
             )
         target = component
-    if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
-        getattr(target, "__call__", None)  # noqa: B004 - a callable object's async __call__
-    ):
+    return as_async(target)
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` gives a coroutine (an async function or async ``__call__``)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
+    )
+
+
+def as_async(target: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """``target`` itself if it is async; else a coroutine function that runs it in a thread.
+
+    A sync ``target`` runs in pev's bounded thread pool (32 threads), copying the caller's
+    context variables. A sync call that times out keeps running in its thread: Python cannot
+    stop a thread, so a sync tool should honour its deadline itself.
+    """
+    if is_async(target):
         return target
 
     async def run_in_thread(*args: Any) -> Any:

@@ -110,10 +110,9 @@ class Settler:
         if self._reconcile is None:
             return None
         self._asked.add(record.id)
-        limits = [self._d.state.policy.node_timeout_s, self._d.remaining_s()]
-        bounds = [limit for limit in limits if limit is not None]
+        limit = self._d.within_deadline(self._d.state.policy.node_timeout_s)
         try:
-            async with asyncio.timeout(min(bounds) if bounds else None):
+            async with asyncio.timeout(limit):
                 answer = await self._reconcile(record)
         except Exception:
             log.exception("pev: reconciling record %s failed", record.id)

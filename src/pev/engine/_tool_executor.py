@@ -22,8 +22,8 @@ from collections.abc import (
 from dataclasses import dataclass
 from typing import Any
 
-from pev.engine._protocols import _NODE_CONTEXT, _THREADS, NodeContext
-from pev.engine._tools import Tool, ToolLike, ToolRegistry, check_timeout, is_async
+from pev.engine._protocols import _NODE_CONTEXT, _THREADS, NodeContext, as_async
+from pev.engine._tools import Tool, ToolLike, ToolRegistry, check_timeout
 from pev.model import (
     DeviceFailure,
     Effect,
@@ -149,32 +149,22 @@ class ToolExecutor:
         found = self._registry.get(record.tool) if record.tool is not None else None
         if found is None or found.reconcile is None:
             return None
-        check = found.reconcile
         timeout = found.timeout_s if found.timeout_s is not None else self._node_timeout_s
         async with asyncio.timeout(timeout):
-            if is_async(check):
-                value = await check(record)
-            else:
-                call = functools.partial(contextvars.copy_context().run, check, record)
-                value = await asyncio.wrap_future(_THREADS.submit(call))
-                if inspect.isawaitable(value):
-                    value = await value
+            value = await as_async(found.reconcile)(record)
         if value is None:
             return None
         return as_node_result(record.node_id, value, source=f"tool {found.name!r}'s reconcile")
 
     def _limit(self, chosen: Tool[..., Any], deadline: float | None, now: float) -> _Limit | None:
-        limit: _Limit | None = None
-        if chosen.timeout_s is not None:
-            limit = _Limit(
-                now + chosen.timeout_s, chosen.timeout_s, f"its timeout_s of {chosen.timeout_s:g} s"
-            )
-        elif self._node_timeout_s is not None:
-            limit = _Limit(
-                now + self._node_timeout_s,
-                self._node_timeout_s,
-                f"node_timeout_s of {self._node_timeout_s:g} s",
-            )
+        seconds, name = (
+            (chosen.timeout_s, "its timeout_s")
+            if chosen.timeout_s is not None
+            else (self._node_timeout_s, "node_timeout_s")
+        )
+        limit = (
+            None if seconds is None else _Limit(now + seconds, seconds, f"{name} of {seconds:g} s")
+        )
         if deadline is not None and (limit is None or deadline < limit.deadline):
             limit = _Limit(deadline, deadline - now, "the node's deadline")
         return limit

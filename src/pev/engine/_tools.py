@@ -25,6 +25,7 @@ from collections.abc import (
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Literal, ParamSpec, TypeAlias, TypeVar, overload
 
+from pev.engine._protocols import is_async
 from pev.model import (
     Effect,
     ExecutionRecord,
@@ -38,7 +39,6 @@ __all__ = [
     "ToolLike",
     "ToolRegistry",
     "check_timeout",
-    "is_async",
     "tool",
 ]
 
@@ -347,13 +347,6 @@ def _first_doc_line(fn: Callable[..., Any]) -> str:
     target = fn.func if isinstance(fn, functools.partial) else fn
     doc = inspect.getdoc(target) or ""
     return doc.strip().split("\n", 1)[0].strip()
-
-
-def is_async(fn: Callable[..., Any]) -> bool:
-    """Whether calling ``fn`` gives a coroutine (an async function or async ``__call__``)."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
-    )
 
 
 def _parameters(fn: Callable[..., Any], name: str) -> tuple[ToolParameter, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from pev.errors import UsageError
@@ -22,10 +22,10 @@ from pev.experience._lessons import (
     LessonKey,
     LessonStatus,
     draw_candidates,
+    sanitize_for,
     search_terms,
     tally,
 )
-from pev.experience._sanitize import sanitize
 from pev.experience._store import LessonStore
 from pev.ledger import TaskState
 
@@ -142,7 +142,10 @@ class LessonBook:
             previous = await self._store.lesson(candidate.id)
             # A drafted text was checked against the supporters so far; this task's own
             # specifics must not be in it either, or this task does not support it.
-            if previous is None or _clean_for(previous, episode):
+            if (
+                previous is None
+                or sanitize_for(previous.key, previous.text, episode.literals) is not None
+            ):
                 supported.append((candidate, previous))
         await self._store.save_episode(episode, supports=[c.id for c, _ in supported])
         for candidate, previous in supported:
@@ -150,7 +153,7 @@ class LessonBook:
             lesson = tally(candidate, supporters, previous=previous, min_support=self._min_support)
             promoted = lesson.active and (previous is None or not previous.active)
             if promoted and self._drafter is not None:
-                lesson = await self._draft(lesson, supporters)
+                lesson = await _draft(self._drafter, lesson, supporters)
             if lesson != previous:
                 await self._store.save_lesson(lesson)
         return episode
@@ -201,52 +204,39 @@ class LessonBook:
         """The episodes that support a lesson, in the order they were recorded."""
         return await self._store.episodes(lesson_id)
 
-    async def _draft(self, lesson: Lesson, supporters: Sequence[Episode]) -> Lesson:
-        request = DraftRequest(
-            key=lesson.key,
-            text=lesson.text,
-            independent=lesson.independent,
-            classes=tuple(classify(episode) for episode in supporters),
-        )
-        try:
-            draft = await self._ask(request)
-        except Exception:  # noqa: BLE001 - a failed draft keeps the template; logged, not raised
-            _log.warning("the lesson drafter failed on lesson %s", lesson.id, exc_info=True)
-            return lesson
-        literals = {literal for episode in supporters for literal in episode.literals}
-        allowed = (lesson.key.tool,) if lesson.key.tool else ()
-        clean = sanitize(draft, forbidden_literals=literals, allowed=allowed)
-        if clean is None:
-            _log.info("the draft of lesson %s failed the sanitiser; the template stays", lesson.id)
-            return lesson
-        return Lesson(
-            id=lesson.id,
-            key=lesson.key,
-            text=clean,
-            status=lesson.status,
-            support=lesson.support,
-            independent=lesson.independent,
-            drafted=True,
-        )
 
-    async def _ask(self, request: DraftRequest) -> str:
-        drafter = self._drafter
-        if drafter is None:  # pragma: no cover - _draft is only called with a drafter
-            return request.text
-        if isinstance(drafter, _ChatModelLike):
-            return await _ask_chat(drafter, request)
-        answer = drafter(request)
-        if inspect.isawaitable(answer):
-            answer = await answer
-        if not isinstance(answer, str):
-            raise TypeError(f"a drafter returned a {type(answer).__name__}, not a str")
-        return answer
+async def _draft(
+    drafter: Drafter | _ChatModelLike, lesson: Lesson, supporters: Sequence[Episode]
+) -> Lesson:
+    """``lesson`` with the drafter's text, if that passes the sanitiser against every supporter."""
+    request = DraftRequest(
+        key=lesson.key,
+        text=lesson.text,
+        independent=lesson.independent,
+        classes=tuple(classify(episode) for episode in supporters),
+    )
+    try:
+        draft = await _ask(drafter, request)
+    except Exception:  # noqa: BLE001 - a failed draft keeps the template; logged, not raised
+        _log.warning("the lesson drafter failed on lesson %s", lesson.id, exc_info=True)
+        return lesson
+    literals = {literal for episode in supporters for literal in episode.literals}
+    clean = sanitize_for(lesson.key, draft, literals)
+    if clean is None:
+        _log.info("the draft of lesson %s failed the sanitiser; the template stays", lesson.id)
+        return lesson
+    return replace(lesson, text=clean, drafted=True)
 
 
-def _clean_for(lesson: Lesson, episode: Episode) -> bool:
-    """True when ``lesson``'s text carries none of ``episode``'s specifics."""
-    allowed = (lesson.key.tool,) if lesson.key.tool else ()
-    return sanitize(lesson.text, forbidden_literals=episode.literals, allowed=allowed) is not None
+async def _ask(drafter: Drafter | _ChatModelLike, request: DraftRequest) -> str:
+    if isinstance(drafter, _ChatModelLike):
+        return await _ask_chat(drafter, request)
+    answer = drafter(request)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    if not isinstance(answer, str):
+        raise TypeError(f"a drafter returned a {type(answer).__name__}, not a str")
+    return answer
 
 
 async def _ask_chat(model: _ChatModelLike, request: DraftRequest) -> str:

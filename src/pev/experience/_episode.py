@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pev.errors import StateError
-from pev.kernel import Finish, GlobalReplan, LocalReplan, RootCause, TaskStatus, TerminalReason
+from pev.experience._sanitize import _MIN_LITERAL
+from pev.kernel import RootCause, TaskStatus, TerminalReason
 
 # The fold's own modules, not the package: ``pev.ledger`` also holds the Ledger shell (I/O).
 from pev.ledger._events import RevisionKind
@@ -22,6 +23,7 @@ from pev.ledger._state import TaskState
 from pev.model import (
     Effect,
     JsonValue,
+    PlanNode,
     RecordStatus,
     Reliability,
     TaskId,
@@ -39,10 +41,6 @@ __all__ = [
     "build_episode",
     "task_literals",
 ]
-
-# Literals shorter than this identify nothing (a node called "a"), and forbidding them would
-# forbid ordinary words in every lesson.
-_MIN_LITERAL = 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -212,13 +210,7 @@ def _revisions(state: TaskState) -> Iterator[EpisodeRevision]:
         blamed: tuple[EpisodeNode, ...] = ()
         if diagnosis is not None:
             blamed = tuple(
-                EpisodeNode(
-                    node_id=node_id,
-                    tool=nodes[node_id].tool if node_id in nodes else None,
-                    # The record's effect is the effective one (the stricter of node and tool).
-                    effect=effects.get(node_id)
-                    or (nodes[node_id].effect if node_id in nodes else Effect.ACTION),
-                )
+                _blamed(node_id, nodes.get(node_id), effects.get(node_id))
                 for node_id in sorted(diagnosis.nodes)
             )
         yield EpisodeRevision(
@@ -229,12 +221,15 @@ def _revisions(state: TaskState) -> Iterator[EpisodeRevision]:
             evidence_missing=verdict.evidence_missing if verdict else False,
             cause=diagnosis.cause if diagnosis else None,
             blamed=blamed,
-            decision=_decision_kind(decision),
+            decision=decision.kind if decision is not None else "",
         )
 
 
-def _decision_kind(decision: Finish | LocalReplan | GlobalReplan | None) -> str:
-    return "" if decision is None else decision.kind
+def _blamed(node_id: str, node: PlanNode | None, recorded: Effect | None) -> EpisodeNode:
+    # The record's effect is the effective one (the stricter of node and tool).
+    if node is None:
+        return EpisodeNode(node_id=node_id, tool=None, effect=recorded or Effect.ACTION)
+    return EpisodeNode(node_id=node_id, tool=node.tool, effect=recorded or node.effect)
 
 
 def _tools(state: TaskState) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ once ``min_support`` independent tasks (distinct task ids *and* distinct inputs)
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -144,6 +144,11 @@ def template_text(key: LessonKey) -> str | None:
     return template.format(a_tool=subject)
 
 
+def sanitize_for(key: LessonKey, text: str, literals: Iterable[str]) -> str | None:
+    """:func:`sanitize` for the lesson of ``key``: it may name its tool, never ``literals``."""
+    return sanitize(text, forbidden_literals=literals, allowed=(key.tool,) if key.tool else ())
+
+
 _LEARNS_FROM = frozenset({EpisodeClass.FAILURE, EpisodeClass.MIXED})
 
 
@@ -169,11 +174,7 @@ def draw_candidates(episode: Episode) -> tuple[LessonCandidate, ...]:
         text = template_text(key)
         if text is None:
             continue
-        clean = sanitize(
-            text,
-            forbidden_literals=episode.literals,
-            allowed=(key.tool,) if key.tool else (),
-        )
+        clean = sanitize_for(key, text, episode.literals)
         if clean is not None:
             candidates.append(LessonCandidate(id=key.id, key=key, text=clean))
     return tuple(candidates)

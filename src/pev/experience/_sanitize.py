@@ -16,6 +16,10 @@ __all__ = ["MAX_LESSON_LENGTH", "lesson_problems", "sanitize"]
 MAX_LESSON_LENGTH = 300
 """The longest lesson, in characters: one or two sentences of advice."""
 
+# Literals shorter than this identify nothing (a node called "a"), and forbidding them would
+# forbid ordinary words in every lesson.
+_MIN_LITERAL = 3
+
 # What a lesson must not hold, one pattern per row, checked in order (every row is reported).
 # Tool names the caller allows are masked out first: a lesson is keyed by its tool and names it.
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -106,8 +110,7 @@ def sanitize(
 
     See :func:`lesson_problems` for the arguments and the checks.
     """
-    literals = tuple(forbidden_literals)
-    if lesson_problems(text, forbidden_literals=literals, allowed=allowed):
+    if lesson_problems(text, forbidden_literals=forbidden_literals, allowed=allowed):
         return None
     return " ".join(text.split())
 
@@ -125,7 +128,7 @@ def _has_name(text: str) -> bool:
 
 def _contains(text: str, literal: str) -> bool:
     literal = " ".join(literal.split())
-    if len(literal) < 3:  # too short to identify anything (see task_literals)
+    if len(literal) < _MIN_LITERAL:
         return False
     variants = {literal, " ".join(re.split(r"[_.\-]+", literal)).strip()}
     return any(

@@ -163,17 +163,13 @@ def _recovery(
             return Finish(TaskStatus.PARTIAL, reason, detail=detail)
         case LocalReplan() | GlobalReplan():
             if verdict is not None and verdict.status == VerdictStatus.FAILURE:
-                return Finish(
-                    TaskStatus.FAILED, TerminalReason.VERIFICATION_FAILED, detail=cause.detail
-                )
-            if budget.replans_used >= budget.max_replans:
-                return Finish(
-                    TaskStatus.FAILED, TerminalReason.REPLAN_BUDGET_EXHAUSTED, detail=cause.detail
-                )
-            if deadline_passed(now, budget.task_deadline):
-                return Finish(
-                    TaskStatus.FAILED, TerminalReason.TASK_DEADLINE_EXPIRED, detail=cause.detail
-                )
-            return action
+                reason = TerminalReason.VERIFICATION_FAILED
+            elif budget.replans_used >= budget.max_replans:
+                reason = TerminalReason.REPLAN_BUDGET_EXHAUSTED
+            elif deadline_passed(now, budget.task_deadline):
+                reason = TerminalReason.TASK_DEADLINE_EXPIRED
+            else:
+                return action
+            return Finish(TaskStatus.FAILED, reason, detail=cause.detail)
         case _:
             assert_never(action)

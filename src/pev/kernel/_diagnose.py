@@ -41,9 +41,9 @@ def diagnose(
 
     The rules, first match wins:
 
-    1. reliability ``thrown`` → ``PERCEPTION_UNRELIABLE`` (detail ``thrown``);
-    2. reliability ``malformed`` or ``inconclusive``, or no verdict at all →
-       ``PERCEPTION_UNRELIABLE`` (detail: which);
+    1. reliability ``thrown``, ``malformed`` or ``inconclusive`` → ``PERCEPTION_UNRELIABLE``
+       (detail: which);
+    2. no verdict at all → ``PERCEPTION_UNRELIABLE`` (detail ``malformed``);
     3. nodes with a ``DeviceFailure`` result that the verifier blames → ``DEVICE_FAILURE``;
     4. otherwise → ``PLAN_OR_ANSWER_ERROR`` on the blamed nodes.
 
@@ -52,9 +52,7 @@ def diagnose(
         reliability: The engine's reading of the verifier's return.
         results: Node id → result, since the task's last initial or global revision.
     """
-    if reliability == Reliability.THROWN:
-        return Diagnosis(RootCause.PERCEPTION_UNRELIABLE, frozenset(), "thrown")
-    if reliability in (Reliability.MALFORMED, Reliability.INCONCLUSIVE):
+    if reliability in (Reliability.THROWN, Reliability.MALFORMED, Reliability.INCONCLUSIVE):
         return Diagnosis(RootCause.PERCEPTION_UNRELIABLE, frozenset(), str(reliability))
     if verdict is None:
         return Diagnosis(RootCause.PERCEPTION_UNRELIABLE, frozenset(), str(Reliability.MALFORMED))
@@ -64,11 +62,11 @@ def diagnose(
     )
     if hit:
         return Diagnosis(RootCause.DEVICE_FAILURE, hit, "device failure on " + _names(hit))
-    if blamed:
-        return Diagnosis(
-            RootCause.PLAN_OR_ANSWER_ERROR, blamed, "verifier blamed " + _names(blamed)
-        )
-    return Diagnosis(RootCause.PLAN_OR_ANSWER_ERROR, blamed, "verifier blamed no node")
+    return Diagnosis(
+        RootCause.PLAN_OR_ANSWER_ERROR,
+        blamed,
+        "verifier blamed " + (_names(blamed) if blamed else "no node"),
+    )
 
 
 def _names(nodes: frozenset[str]) -> str:

@@ -35,13 +35,11 @@ from pev.ledger._events import (
     TaskFinished,
     Usage,
 )
-from pev.ledger._queries import outputs
-from pev.ledger._state import TaskPhase, TaskState
+from pev.ledger._queries import outputs, unsettled_unknown_actions
+from pev.ledger._state import REPLAN_DEADLINE_PHASES, TaskPhase, TaskState
 from pev.model import (
-    Effect,
     JsonValue,
     Plan,
-    RecordStatus,
     TaskId,
     VerificationContract,
     VerificationMode,
@@ -210,8 +208,7 @@ def dispatch(state: TaskState, decision: Decision, *, now: datetime) -> tuple[Ev
 
 def expire(state: TaskState, *, now: datetime) -> tuple[Event, ...]:
     """Fail a task whose replan deadline has passed; ``()`` for any other task."""
-    waiting = state.phase in (TaskPhase.AWAITING_REPLAN, TaskPhase.PLANNING)
-    if waiting and deadline_passed(now, state.replan_deadline):
+    if state.phase in REPLAN_DEADLINE_PHASES and deadline_passed(now, state.replan_deadline):
         return (_deadline_expired(state),)
     return ()
 
@@ -239,13 +236,7 @@ def cancel_outcome(state: TaskState) -> TaskFinished:
     and a read-only query whose outcome is unknown changed nothing.
     """
     revision = state.revision.number if state.revision else 0
-    left_unknown = any(
-        record.status is RecordStatus.UNKNOWN
-        and record.effect is Effect.ACTION
-        and record.revision == revision
-        and record.id not in state.reconciled
-        for record in state.records.values()
-    )
+    left_unknown = any(record.revision == revision for record in unsettled_unknown_actions(state))
     status = TaskStatus.FAILED if left_unknown else TaskStatus.CANCELLED
     detail = state.cancel_reason or ""
     if left_unknown:

@@ -74,6 +74,10 @@ TERMINAL_PHASES = frozenset(
     {TaskPhase.SUCCEEDED, TaskPhase.PARTIAL, TaskPhase.FAILED, TaskPhase.CANCELLED}
 )
 
+# Where a replan deadline holds: waiting for the replan, and planning it until a revision starts.
+# Expiry and the task index (which lists overdue tasks) must agree on it.
+REPLAN_DEADLINE_PHASES = (TaskPhase.AWAITING_REPLAN, TaskPhase.PLANNING)
+
 
 def _empty_mapping() -> Mapping[RecordId, Any]:
     return MappingProxyType({})
@@ -137,7 +141,6 @@ class TaskState:
         rejections: Every rejected plan.
         replans_used: Replans spent (each started replan, rejected plans included).
         planning: What the planner is being asked for, while planning.
-        planner_calls: Planner calls started so far.
         replan_action: The replan being waited for or planned.
         replan_deadline: When the current replan must have begun.
         cancel_reason: Why a cancel was requested, once one was.
@@ -164,7 +167,6 @@ class TaskState:
     rejections: tuple[PlanRejected, ...] = ()
     replans_used: int = 0
     planning: RevisionKind | None = RevisionKind.INITIAL
-    planner_calls: int = 1
     replan_action: LocalReplan | GlobalReplan | None = None
     replan_deadline: datetime | None = None
     cancel_reason: str | None = None
@@ -189,6 +191,11 @@ class TaskState:
     def cancel_requested(self) -> bool:
         """True once someone asked for the task to stop."""
         return self.cancel_reason is not None
+
+    @property
+    def planner_calls(self) -> int:
+        """Planner calls started so far: the first plan, then one per started replan."""
+        return self.replans_used + 1
 
     @property
     def revision(self) -> Revision | None:
@@ -291,7 +298,6 @@ def _with(mapping: Mapping[RecordId, Any], key: RecordId, value: object) -> Mapp
     return MappingProxyType(items)
 
 
-_ACTIVE = (TaskPhase.PLANNING, TaskPhase.EXECUTING, TaskPhase.VERIFYING, TaskPhase.AWAITING_REPLAN)
 _RUNNING = (TaskPhase.EXECUTING, TaskPhase.CANCELLING)
 
 
@@ -307,7 +313,6 @@ def _changes(state: TaskState, event: Event, *, at: datetime | None) -> dict[str
             return {
                 "phase": TaskPhase.PLANNING,
                 "planning": event.planning,
-                "planner_calls": state.planner_calls + 1,
                 "replans_used": state.replans_used + 1,
             }
         case RevisionStarted():
@@ -443,17 +448,17 @@ def _node_dispatched(state: TaskState, event: NodeDispatched) -> dict[str, Any]:
         _refuse(state, event, "a record is committed as pending before the tool is called")
     if record.id in state.records:
         _refuse(state, event, f"record {record.id} already exists")
-    revision = state.revisions[-1] if state.revisions else None
+    revision = state.revision
     if revision is None or record.node_id not in revision.node_ids:
         _refuse(state, event, f"node {record.node_id!r} is not in the current plan")
     return {"records": _with(state.records, record.id, record)}
 
 
 def _node_finished(state: TaskState, event: NodeFinished) -> dict[str, Any]:
+    # A record left unfinished by a crash is settled on resume in any live phase (apply has
+    # already refused a terminal task); otherwise it finishes while its round is running.
     if not event.settled_on_resume:
         _require_phase(state, event, *_RUNNING)
-    elif state.phase not in _ACTIVE and state.phase is not TaskPhase.CANCELLING:
-        _refuse(state, event, "records are settled on resume only while the task is active")
     record = _record(state, event, event.record_id)
     if event.status not in TERMINAL_RECORD_STATUSES:
         _refuse(state, event, f"{event.status} is not a terminal record status")

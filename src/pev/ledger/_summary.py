@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger._events import TaskCreated
-from pev.ledger._state import TaskPhase, TaskState
+from pev.ledger._state import REPLAN_DEADLINE_PHASES, TaskPhase, TaskState
 from pev.model import TaskId, canonical_json
 
 __all__ = ["TaskSummary", "summarize"]
@@ -52,7 +52,7 @@ def summarize(state: TaskState, *, head_hash: str) -> TaskSummary:
     """
     if state.created_at is None or state.updated_at is None:
         raise ValueError("a task summary needs the times of stored entries, not bare events")
-    waiting = state.phase in (TaskPhase.AWAITING_REPLAN, TaskPhase.PLANNING)
+    waiting = state.phase in REPLAN_DEADLINE_PHASES
     finished = state.finished
     return TaskSummary(
         task_id=state.task_id,

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from pev.codec import decode, encode
-from pev.engine import PlanRequest, report_usage
+from pev.engine import PlanRequest
 from pev.errors import CodecError
 from pev.ledger import RevisionKind
 from pev.llm._chat import ChatMessage, ChatRequest
@@ -155,11 +155,7 @@ class LLMPlanner(Prompted):
             ValueError: The reply is not a plan (the engine rejects it and says why next time).
             LLMError: The model could not be reached (also a rejected plan for the engine).
         """
-        reply = await self.model.complete(self.chat_request(request))
-        report_usage(
-            reply.model, input_tokens=reply.input_tokens, output_tokens=reply.output_tokens
-        )
-        return parse_plan(reply.text)
+        return parse_plan(await self._ask(self.chat_request(request)))
 
 
 def plan_prompt(request: PlanRequest) -> str:

@@ -6,7 +6,8 @@ import json
 from collections.abc import Iterable, Mapping
 
 from pev.codec import encode
-from pev.llm._chat import ChatModel
+from pev.engine import report_usage
+from pev.llm._chat import ChatModel, ChatRequest
 from pev.model import (
     ExecutionRecord,
     NodeResult,
@@ -124,3 +125,11 @@ class Prompted:
         if not self.instructions.strip():
             return base
         return f"{base}\n\n" + section("Instructions for this agent", self.instructions)
+
+    async def _ask(self, request: ChatRequest) -> str:
+        """Send ``request`` to the model, report its usage to the ledger, return its text."""
+        reply = await self.model.complete(request)
+        report_usage(
+            reply.model, input_tokens=reply.input_tokens, output_tokens=reply.output_tokens
+        )
+        return reply.text

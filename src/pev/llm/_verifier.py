@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from pev.engine import VerifyRequest, report_usage
+from pev.engine import VerifyRequest
 from pev.llm._chat import ChatMessage, ChatRequest
 from pev.llm._prompt import (
     Prompted,
@@ -125,11 +125,7 @@ class LLMVerifier(Prompted):
         Raises:
             LLMError: The model could not be reached or answered with an error (``thrown``).
         """
-        reply = await self.model.complete(self.chat_request(request))
-        report_usage(
-            reply.model, input_tokens=reply.input_tokens, output_tokens=reply.output_tokens
-        )
-        return reply.text
+        return await self._ask(self.chat_request(request))
 
 
 def verify_prompt(request: VerifyRequest) -> tuple[str, tuple[str, ...]]:

@@ -9,11 +9,12 @@ raised exception never reaches this function.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from pev._json import canonical_json, freeze_json, thaw_json
-from pev.codec import decode, encode
+from pev._json import freeze_json, thaw_json
+from pev.codec import decode, dumps
 from pev.errors import CodecError
 from pev.model._contract import VerificationContract
 from pev.model._plan import Plan
@@ -53,7 +54,7 @@ def raw_digest(raw: object) -> str:
         data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     else:
         try:
-            data = canonical_json(encode(raw)).encode("utf-8", "surrogatepass")
+            data = dumps(raw).encode("utf-8", "surrogatepass")
         except (CodecError, TypeError, ValueError, RecursionError):
             data = repr(raw).encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest()
@@ -120,8 +121,6 @@ def _plain_mapping(raw: Mapping[object, object]) -> object:
 
 
 def _parse_json(text: str | bytes) -> object:
-    import json  # noqa: PLC0415 - only raw text returns need it
-
     try:
         return json.loads(text)
     # A verifier's text is untrusted: nesting deep enough to exhaust the stack is malformed too.
@@ -151,7 +150,8 @@ def _verdict_problems(
     if failed_nodes is None:
         problems.append("failed_nodes must be a set of node ids")
         failed_nodes = frozenset()
-    unknown_nodes = sorted(str(node) for node in failed_nodes if node not in set(plan.node_ids))
+    plan_ids = set(plan.node_ids)
+    unknown_nodes = sorted(str(node) for node in failed_nodes if node not in plan_ids)
     if unknown_nodes:
         problems.append(f"failed_nodes names ids that are not in the plan: {unknown_nodes}")
 

@@ -282,7 +282,7 @@ def _node_problems(
 
 
 def _ref_problems(where: str, node: PlanNode, after_ok: bool) -> Iterator[str]:
-    deps: set[str] | None = None
+    deps = set(node.after) if after_ok else set()
     for ref_object in _ref_objects(node.args):
         if len(ref_object) != 1:
             yield (
@@ -295,8 +295,6 @@ def _ref_problems(where: str, node: PlanNode, after_ok: bool) -> Iterator[str]:
         if not target:
             yield f"{where}: a $ref must be a node id string, got {ref!r}"
             continue
-        if deps is None:
-            deps = set(node.after) if after_ok else set()
         if target not in deps:
             yield (
                 f"{where}: $ref {ref!r} points at {target!r}, which is not among its after ids; "

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import assert_never
 
 from pev.errors import StateError
+from pev.model._evidence import record_ref
 from pev.model._ids import RecordId, TaskId
 from pev.model._plan import Effect
 from pev.model._results import DeviceFailure, NodeResult, Success, VerifierFailure
@@ -105,7 +106,7 @@ class ExecutionRecord:
     @property
     def ref(self) -> str:
         """The evidence reference of this record, ``record:<id>``."""
-        return f"record:{self.id}"
+        return record_ref(self.id)
 
     def advance(
         self, status: RecordStatus, *, at: datetime, error: str | None = None

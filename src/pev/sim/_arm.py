@@ -88,11 +88,6 @@ class SimArm:
         """Call ``listener`` with every :class:`ArmEvent` from now on."""
         self._listeners.append(listener)
 
-    @property
-    def holding(self) -> str | None:
-        """The cube the arm believes it holds."""
-        return self._holding
-
     def slip(self) -> None:
         """The grip gives: whatever the gripper carries falls (the arm does not notice)."""
         self._let_go()
@@ -193,10 +188,8 @@ class SimArm:
                 a + (b - a) * fraction for a, b in zip(start.position, position, strict=True)
             )
             target = self.controller.solve((x, y, z), start.yaw + turn * fraction)
-            if index < waypoints:
-                self._check(self.controller.move(target, waypoint=True), waypoint=True)
-            else:
-                self._check(self.controller.move(target))
+            waypoint = index < waypoints
+            self._check(self.controller.move(target, waypoint=waypoint), waypoint=waypoint)
 
     def _check(self, report: MoveReport, *, waypoint: bool = False) -> None:
         if not report.answered:

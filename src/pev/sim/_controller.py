@@ -175,7 +175,7 @@ class ArmController:
                         reached=False, steps=step, stalled_joint=joint, error=float(errors[joint])
                     )
                 window_start = angles
-        return MoveReport(reached=False, steps=budget, error=float(np.abs(angles - goal).max()))
+        return MoveReport(reached=False, steps=budget, error=float(errors.max()))
 
     def fingers(self, opening: float) -> None:
         """Command both fingers to ``opening`` (m from the centre line)."""

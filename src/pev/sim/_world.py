@@ -117,11 +117,11 @@ class World:
 
     # -- changing (only devices and faults call these) --------------------------------------
 
-    def free_spots(self, rng: np.random.Generator, count: int = len(CUBES)) -> list[Pose]:
-        """``count`` resting poses in the cube region, far enough apart to grasp each one."""
+    def free_spots(self, rng: np.random.Generator) -> list[Pose]:
+        """A resting pose per cube in the cube region, far enough apart to grasp each one."""
         (x_low, x_high), (y_low, y_high) = CUBE_REGION
         spots: list[Pose] = []
-        while len(spots) < count:
+        while len(spots) < len(CUBES):
             x, y = float(rng.uniform(x_low, x_high)), float(rng.uniform(y_low, y_high))
             yaw = float(rng.uniform(-math.pi / 4, math.pi / 4))
             candidate = Pose(position=(x, y, _CUBE_HALF), yaw=yaw)

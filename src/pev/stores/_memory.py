@@ -142,14 +142,7 @@ class MemoryStore:
         terms = search_terms(query)
         if not terms:
             return ()
-        scored: list[tuple[int, Lesson]] = []
-        for lesson in await self.lessons(status=status):
-            held = set(lesson_terms(lesson))
-            score = sum(term in held for term in terms)
-            if score:
-                scored.append((score, lesson))
-        scored.sort(key=lambda pair: -pair[0])  # stable: ties keep the support order
-        return tuple(lesson for _, lesson in scored[:limit])
+        return rank_by_terms(await self.lessons(status=status), terms, limit=limit)
 
     async def close(self) -> None:
         """Drop everything; the store is unusable afterwards."""
@@ -157,6 +150,7 @@ class MemoryStore:
             self._closed = True
             self._entries.clear()
             self._summaries.clear()
+            self._waiting.clear()
             self._episodes.clear()
             self._support.clear()
             self._lessons.clear()
@@ -164,6 +158,23 @@ class MemoryStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError("this MemoryStore is closed")
+
+
+def rank_by_terms(
+    lessons: Iterable[Lesson], terms: Sequence[str], *, limit: int
+) -> tuple[Lesson, ...]:
+    """The first ``limit`` lessons holding any of ``terms``, most held first, ties kept in order.
+
+    The term match of the memory store, and of the SQLite store where it has no FTS5.
+    """
+    scored: list[tuple[int, Lesson]] = []
+    for lesson in lessons:
+        held = set(lesson_terms(lesson))
+        score = sum(term in held for term in terms)
+        if score:
+            scored.append((score, lesson))
+    scored.sort(key=lambda pair: -pair[0])  # stable: ties keep the order given
+    return tuple(lesson for _, lesson in scored[:limit])
 
 
 def _by_support(lessons: Iterable[Lesson]) -> tuple[Lesson, ...]:

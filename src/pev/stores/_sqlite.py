@@ -51,6 +51,7 @@ from pev.ledger import (
     event_text,
 )
 from pev.model import TaskId
+from pev.stores._memory import rank_by_terms
 
 __all__ = ["SQLiteStore"]
 
@@ -358,45 +359,27 @@ class SQLiteStore:
             summary.head_hash,
             _time_key(summary.replan_deadline) if summary.replan_deadline else None,
         )
-        await self._run(lambda conn: self._append(conn, entries, summary, rows, task_row))
 
-    def _append(
-        self,
-        conn: sqlite3.Connection,
-        entries: Sequence[LedgerEntry],
-        summary: TaskSummary,
-        rows: list[tuple[object, ...]],
-        task_row: tuple[object, ...],
-    ) -> None:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise _Busy from exc
-        try:
+        def work(conn: sqlite3.Connection) -> None:
             task_id = entries[0].task_id if entries else ""
             head = conn.execute(_SELECT_HEAD, (task_id,)).fetchone()
             head_seq, head_hash = (int(head[0]), str(head[1])) if head else (0, GENESIS_HASH)
             check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
-            if len(rows) == 1:
-                conn.execute(_INSERT_EVENT, rows[0])
-            else:
-                conn.executemany(_INSERT_EVENT, rows)
+            try:
+                if len(rows) == 1:
+                    conn.execute(_INSERT_EVENT, rows[0])
+                else:
+                    conn.executemany(_INSERT_EVENT, rows)
+            except sqlite3.IntegrityError as exc:
+                raise ConflictError(task_id, entries[0].seq) from exc
             if head is not None and tuple(head[2:]) == _listed(task_row):
                 # Most appends change only the head: updating just those columns leaves the
                 # row's indexes alone, which keeps the commit as small as the event itself.
                 conn.execute(_UPDATE_HEAD, (*_head_of(task_row), task_id))
             else:
                 conn.execute(_UPSERT_TASK, task_row)
-            conn.execute("COMMIT")
-        except sqlite3.IntegrityError as exc:
-            conn.execute("ROLLBACK")
-            raise ConflictError(entries[0].task_id, entries[0].seq) from exc
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
-            raise StoreError(f"append to {self._location} failed: {exc}") from exc
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+
+        await self._run(lambda conn: self._transaction(conn, work))
 
     async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
         """The task's entries after ``after``, decoded; a row that cannot be read is named."""
@@ -414,10 +397,7 @@ class SQLiteStore:
         )
         if not rows and (
             after <= 0
-            or self._conn.execute(
-                "SELECT 1 FROM pev_events WHERE task_id = ? LIMIT 1", (task_id,)
-            ).fetchone()
-            is None
+            or not _query(conn, "SELECT 1 FROM pev_events WHERE task_id = ? LIMIT 1", (task_id,))
         ):
             raise UnknownTaskError(task_id)
         return rows
@@ -580,14 +560,7 @@ class SQLiteStore:
         )
         params = [f"%{term}%" for term in terms] + [wanted, wanted]
         rows = await self._run(lambda conn: _query(conn, sql, params))
-        scored = []
-        for lesson in self._lessons_of(rows):
-            held = set(lesson_terms(lesson))
-            score = sum(term in held for term in terms)
-            if score:
-                scored.append((score, lesson))
-        scored.sort(key=lambda pair: -pair[0])
-        return tuple(lesson for _, lesson in scored[:limit])
+        return rank_by_terms(self._lessons_of(rows), terms, limit=limit)
 
     def _lessons_of(self, rows: Sequence[tuple[object, ...]]) -> tuple[Lesson, ...]:
         return tuple(self._decode(text, Lesson, f"lesson {lesson_id}") for lesson_id, text in rows)

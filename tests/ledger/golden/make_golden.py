@@ -331,7 +331,7 @@ SCENARIOS: dict[str, tuple[Scenario, RecoveryPolicy]] = {
 
 
 def expected_outcome(entries: tuple[LedgerEntry, ...]) -> dict[str, object]:
-    """What replaying a golden ledger must give; test_golden.py computes the same dict."""
+    """What replaying a golden ledger gives; test_golden.py compares it with the stored file."""
     state = replay(entries)
     finished = state.finished
     return {
@@ -376,9 +376,10 @@ def main() -> None:
     for name in SCENARIOS:
         entries = asyncio.run(build(name))
         (HERE / f"{name}.jsonl").write_text("".join(_lines(entries)), encoding="utf-8")
-        expected = json.dumps(expected_outcome(entries), indent=2, sort_keys=True) + "\n"
+        outcome = expected_outcome(entries)
+        expected = json.dumps(outcome, indent=2, sort_keys=True) + "\n"
         (HERE / f"{name}.expected.json").write_text(expected, encoding="utf-8")
-        print(f"{name}: {len(entries)} events, {expected_outcome(entries)['reason']}")
+        print(f"{name}: {len(entries)} events, {outcome['reason']}")
 
 
 if __name__ == "__main__":
