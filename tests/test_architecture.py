@@ -31,6 +31,13 @@ FOLD_MODULES = (
     "pev.ledger._chain",
     "pev.ledger._summary",
 )
+# Experience's decisions: building episodes, classifying, drawing candidates, sanitising.
+EXPERIENCE_PURE = (
+    "pev.experience._episode",
+    "pev.experience._classify",
+    "pev.experience._lessons",
+    "pev.experience._sanitize",
+)
 # Standard-library modules that read clocks, draw randomness, log or do I/O.
 IMPURE_STDLIB = frozenset(
     {
@@ -58,6 +65,7 @@ IMPURE_STDLIB = frozenset(
 PURE_CORES = [
     pytest.param(("pev.kernel",), id="kernel"),
     pytest.param(FOLD_MODULES, id="ledger-fold"),
+    pytest.param(EXPERIENCE_PURE, id="experience"),
 ]
 CLOCK_CALLS = frozenset({"now", "utcnow", "today", "time", "monotonic", "perf_counter"})
 
@@ -121,8 +129,11 @@ def _stdlib_imports(modules: set[str]) -> set[str]:
 
 @pytest.mark.parametrize("roots", PURE_CORES)
 def test_pure_core_imports_only_pure_modules(roots: tuple[str, ...]) -> None:
-    """The kernel and the ledger fold reach only the standard library and pure pev modules."""
-    allowed = (*PURE_PREFIXES, *FOLD_MODULES)
+    """The kernel, the ledger fold and experience's decisions reach only pure pev modules.
+
+    None of them reaches a store, the engine or the shell.
+    """
+    allowed = (*PURE_PREFIXES, *FOLD_MODULES, *EXPERIENCE_PURE)
     closure = _closure(roots)
     impure = sorted(
         name

@@ -187,7 +187,7 @@ def test_unreliable_detail_names_the_reliability(reliability: Reliability, detai
 
 
 def test_device_failure_keeps_its_nodes_as_a_frozenset() -> None:
-    """The nodes of a diagnosis are a frozenset, whatever collection the verdict used."""
+    """The nodes of a device-failure diagnosis are a frozenset (the verdict's blame set met)."""
     verdict = Verdict(VerdictStatus.REPLAN_REQUIRED, failed_nodes=frozenset({"n1"}))
 
     diagnosis = diagnose(verdict, Reliability.OK, {"n1": BROKEN})
