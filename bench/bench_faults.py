@@ -58,76 +58,64 @@ software tasks, which run the nodes in dependency order and capture the observer
 before and after each round, as the engine does, for the verifier. Ground truth comes from the
 physics world: the goal holds iff pybullet puts every cube in the tray once the world has come to
 rest; the honest status is then as above (the `camera` fault's verifier cannot establish it).
+
+The helper modules: `_fault_world` (the tasks, what a run acts on, the baseline loops),
+`_fault_sim` (the simulator tasks) and `_fault_report` (the report).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import importlib.util
 import random
-import statistics
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
-
-import tenacity
+from typing import Any
 
 import pev
-from _report import machine_line, met, write_section
-from pev.engine import ObserveContext, PlanRequest, VerifyRequest
-from pev.ledger import RevisionKind
-from pev.model import (
-    DeviceFailure,
-    Evidence,
-    EvidenceId,
-    EvidencePhase,
-    ExecutionRecord,
-    NodeResult,
-    RecordId,
-    RecordStatus,
-    Success,
-    TaskId,
-    VerifierFailure,
-    canonical_json,
+from _fault_report import TARGETS, report
+from _fault_sim import SIM_RUNNERS, build_sim
+from _fault_world import (
+    BASELINES,
+    FAULTS,
+    ROUNDS,
+    SEEDS,
+    STRATEGIES,
+    Outcome,
+    Outcomes,
+    Setup,
+    Task,
+    World,
+    sim_tasks,
+    tasks,
 )
+from _report import write_section
+from pev.engine import PlanRequest, VerifyRequest
+from pev.ledger import RevisionKind
+from pev.model import DeviceFailure, ExecutionRecord, NodeResult, Success, TaskId
 
-if TYPE_CHECKING:
-    from pev.sim import World as PhysicsWorld
+# What the script offers its tests (tests/test_bench.py), some of it from the helper modules.
+__all__ = [
+    "FAULTS",
+    "STRATEGIES",
+    "TARGETS",
+    "Outcome",
+    "Task",
+    "main",
+    "report",
+    "run_sim",
+    "run_software",
+    "sim_tasks",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
-SEEDS = (0, 1, 2, 3)
-TASKS_PER_PAIR = 6
-ROUNDS = 3  # execute + verify rounds for every strategy (pev: max_replans=2)
 TIMEOUT_S = 0.05
 HANG_S = 0.5
-FAULTS = (
-    "none",
-    "tool_crash",
-    "timeout_unknown",
-    "verifier_raises",
-    "malformed_verdict",
-    "wrong_step",
-    "wrong_arg",
-)
-STRATEGIES = ("pev", "blind retry", "replan", "no recovery")
-# The simulator's demo faults, by the kind of fault above they stand for.
-SIM_FAULTS = {
-    "none": "none",
-    "dead-joint": "tool_crash",
-    "timeout": "timeout_unknown",
-    "camera": "verifier_raises",
-    "slip": "wrong_step",
-    "knock": "wrong_step",
-}
 
 
 def _load(name: str) -> ModuleType:
@@ -145,44 +133,7 @@ CLAIMS = _load("claims")
 
 
 # --------------------------------------------------------------------------------------------
-# The world one run writes into, and the faulty components that write into it
-
-
-@dataclass
-class World:
-    """What one run did: its side effects, tool calls and planner calls."""
-
-    effects: list[Any] = field(default_factory=list)
-    tool_calls: int = 0
-    planner_calls: int = 0
-    repeated_unknown: int = 0
-    ever_unknown: set[str] = field(default_factory=set)
-    unresolved: set[str] = field(default_factory=set)
-    hung: set[str] = field(default_factory=set)
-    # What each pev call of an action did, by the idempotency key pev handed it: the lookup a
-    # payment or publishing API with idempotency keys offers, which the tools' reconcile uses.
-    by_key: dict[str, tuple[str, Any]] = field(default_factory=dict)
-
-    def called(self, tool: pev.engine.Tool[..., Any], kwargs: Mapping[str, Any]) -> str:
-        """Count a call, and an action sent again after its outcome was unknown; the call's key."""
-        self.tool_calls += 1
-        key = f"{tool.name}:{canonical_json(dict(kwargs))}"
-        if tool.effect is pev.Effect.ACTION and key in self.ever_unknown:
-            self.repeated_unknown += 1
-        return key
-
-    def left_unknown(self, key: str) -> None:
-        """The action call of `key` ended without its caller knowing what it did."""
-        self.ever_unknown.add(key)
-        self.unresolved.add(key)
-
-
-@dataclass(frozen=True)
-class Task:
-    domain: str  # weather | claims | sim
-    input: str
-    fault: str
-    index: int
+# The faulty components that write into the world one run writes into
 
 
 def _wrap(tool: pev.engine.Tool, world: World, *, crash: bool, hang: bool) -> pev.engine.Tool:
@@ -303,23 +254,6 @@ def _request(value: str) -> PlanRequest:
     )
 
 
-@dataclass
-class Setup:
-    """One run's components, faults armed, and how to judge its world afterwards."""
-
-    world: World
-    tools: list[pev.engine.Tool]
-    planner: Callable[[PlanRequest], Any]
-    verifier: Callable[[VerifyRequest], Any]
-    contract: pev.VerificationContract
-    input: dict[str, Any]
-    goal_holds: Callable[[World], bool]
-    trusted_verifier: bool
-    # The simulator's runs capture evidence before and after each round, as the engine does.
-    observer: Any = None
-    evidence: list[Evidence] = field(default_factory=list)
-
-
 def build(task: Task, seed: int) -> Setup:
     where = f"{task.domain}/{task.input}/{task.fault}/{task.index}/{seed}"
     rng = random.Random(where)  # noqa: S311 - it places faults; it guards no secret
@@ -421,330 +355,11 @@ async def run_pev(setup: Setup) -> bool:
     return result.ok
 
 
-class RoundFailedError(Exception):
-    """One pass of a baseline loop did not end in a passing verdict."""
-
-
-def _resolve(value: Any, outputs: Mapping[str, Any]) -> Any:
-    if isinstance(value, Mapping) and set(value) == {"$ref"}:
-        node, *path = str(value["$ref"]).split(".")
-        found = outputs[node]
-        for part in path:
-            found = found[part]
-        return found
-    if isinstance(value, Mapping):
-        return {k: _resolve(v, outputs) for k, v in value.items()}
-    return value
-
-
-def _in_order(plan: pev.Plan) -> list[pev.PlanNode]:
-    """The plan's nodes in dependency order, in the plan's own order among those ready."""
-    done: set[str] = set()
-    pending = list(plan.nodes)
-    ordered: list[pev.PlanNode] = []
-    while pending:
-        node = next((n for n in pending if set(n.after) <= done), None)
-        if node is None:
-            raise ValueError(f"the plan's dependencies form a cycle: {[n.id for n in pending]}")
-        pending.remove(node)
-        done.add(node.id)
-        ordered.append(node)
-    return ordered
-
-
-async def _observe(
-    setup: Setup, phase: EvidencePhase, plan: pev.Plan, attempt: int, results: Mapping[str, Any]
-) -> None:
-    """Capture evidence as the engine does, before a round and after it (if the run observes)."""
-    if setup.observer is None:
-        return
-    context = ObserveContext(
-        task_id=TaskId("baseline"), revision=attempt, plan=plan, results=dict(results)
-    )
-    now = datetime.now(UTC)
-    for item in await setup.observer.observe(phase, context):
-        setup.evidence.append(
-            Evidence(
-                id=EvidenceId(f"{attempt}-{phase}-{len(setup.evidence) + 1}"),
-                phase=phase,
-                kind=item.kind,
-                source=item.source,
-                captured_at=now,
-                revision=attempt,
-                payload=item.payload,
-                artifact=item.artifact,
-                media_type=item.media_type,
-            )
-        )
-
-
-async def one_pass(setup: Setup, plan: pev.Plan, attempt: int) -> None:
-    """Run the plan's tools in order, then the verifier; `RoundFailedError` unless it passes.
-
-    The order is the plan's dependency order; a run with an observer captures evidence before
-    and after the tools, as the engine does, and hands it to the verifier.
-    """
-    tools = {t.name: t for t in setup.tools}
-    outputs: dict[str, Any] = {}
-    results: dict[str, Any] = {}
-    records: list[ExecutionRecord] = []
-    now = datetime.now(UTC)
-    await _observe(setup, EvidencePhase.BEFORE, plan, attempt, results)
-    for node in _in_order(plan):
-        tool = tools[str(node.tool)]
-        args = _resolve(dict(node.args), outputs)
-        try:
-            value = await asyncio.wait_for(tool.fn(**args), tool.timeout_s)
-        except TimeoutError as exc:
-            raise RoundFailedError(f"{node.id}: timed out") from exc
-        except Exception as exc:
-            raise RoundFailedError(f"{node.id}: {exc}") from exc
-        # The simulator's tools return their failures: a controller that does not answer within
-        # its step budget is a DeviceFailure whose outcome is unknown (the arm's own timeout).
-        if isinstance(value, DeviceFailure):
-            raise RoundFailedError(f"{node.id}: {value.error}")
-        if isinstance(value, VerifierFailure):
-            raise RoundFailedError(f"{node.id}: {value.reason}")
-        if isinstance(value, Success):
-            value = value.value
-        outputs[node.id] = value
-        results[node.id] = Success(value)
-        records.append(
-            ExecutionRecord(
-                id=RecordId(f"{attempt}-{node.id}"),
-                task_id=TaskId("baseline"),
-                revision=attempt,
-                node_id=node.id,
-                tool=tool.name,
-                args_digest="",
-                effect=tool.effect,
-                idempotency_key=f"{attempt}-{node.id}",
-                status=RecordStatus.SUCCEEDED,
-                created_at=now,
-                updated_at=now,
-            )
-        )
-    await _observe(setup, EvidencePhase.AFTER, plan, attempt, results)
-    request = VerifyRequest(
-        task_id=TaskId("baseline"),
-        input=setup.input,
-        contract=setup.contract,
-        plan=plan,
-        revision=attempt,
-        results=results,
-        records=tuple(records),
-        evidence=tuple(setup.evidence),
-    )
-    try:
-        verdict = await setup.verifier(request)
-    except Exception as exc:
-        raise RoundFailedError(f"verifier: {exc}") from exc
-    status = verdict.get("status") if isinstance(verdict, dict) else str(verdict.status)
-    if status != "success":
-        raise RoundFailedError(getattr(verdict, "feedback", "") or f"verdict: {status}")
-
-
-def _initial(setup: Setup) -> PlanRequest:
-    return PlanRequest(
-        kind=RevisionKind.INITIAL,
-        attempt=1,
-        task_id=TaskId("baseline"),
-        input=setup.input,
-        contract=setup.contract,
-    )
-
-
-async def run_blind_retry(setup: Setup) -> bool:
-    plan = await setup.planner(_initial(setup))
-    attempts = iter(range(1, ROUNDS + 1))
-    retrying = tenacity.AsyncRetrying(
-        stop=tenacity.stop_after_attempt(ROUNDS),
-        retry=tenacity.retry_if_exception_type(RoundFailedError),
-        reraise=True,
-    )
-    try:
-        async for attempt in retrying:
-            with attempt:
-                await one_pass(setup, plan, next(attempts))
-    except RoundFailedError:
-        return False
-    return True
-
-
-async def run_replan(setup: Setup) -> bool:
-    request = _initial(setup)
-    for attempt in range(1, ROUNDS + 1):
-        plan = await setup.planner(request)
-        try:
-            await one_pass(setup, plan, attempt)
-        except RoundFailedError as exc:
-            request = PlanRequest(
-                kind=RevisionKind.GLOBAL,
-                attempt=attempt + 1,
-                task_id=TaskId("baseline"),
-                input=setup.input,
-                contract=setup.contract,
-                previous_plan=plan,
-                feedback=str(exc),
-            )
-        else:
-            return True
-    return False
-
-
-async def run_no_recovery(setup: Setup) -> bool:
-    try:
-        await one_pass(setup, await setup.planner(_initial(setup)), 1)
-    except RoundFailedError:
-        return False
-    return True
-
-
-RUNNERS = {
-    "pev": run_pev,
-    "blind retry": run_blind_retry,
-    "replan": run_replan,
-    "no recovery": run_no_recovery,
-}
-
-
-# --------------------------------------------------------------------------------------------
-# The simulator tasks: `run_demo`'s components, driven by every strategy
-
-
-@dataclass
-class SimSetup(Setup):
-    """A simulator run's components; pev's run also notes whether it took its fault's path."""
-
-    demo_fault: str = "none"
-    documented_path: bool | None = None
-
-
-def _count_sim(tool: pev.engine.Tool[..., Any], world: World) -> pev.engine.Tool[..., Any]:
-    """A simulator tool again, counting calls and the actions whose outcome was left unknown.
-
-    The arm measures a hang in simulation steps and returns it as a `DeviceFailure` whose
-    outcome is unknown; a later call of the same action with the same args that succeeds
-    settles it (as `_wrap` does for the software tools).
-    """
-    original = tool.fn
-    action = tool.effect is pev.Effect.ACTION
-
-    @functools.wraps(original)
-    async def call(**kwargs: Any) -> Any:
-        key = world.called(tool, kwargs)
-        value = await original(**kwargs)
-        if isinstance(value, DeviceFailure) and value.outcome_unknown and action:
-            world.left_unknown(key)
-        elif not isinstance(value, DeviceFailure | VerifierFailure):
-            world.unresolved.discard(key)
-        return value
-
-    return pev.tool(
-        call,
-        name=tool.name,
-        effect=tool.effect.value,
-        resource=tool.resource,
-        timeout_s=tool.timeout_s,
-        description=tool.description,
-    )
-
-
-@contextlib.contextmanager
-def build_sim(task: Task, seed: int) -> Iterator[SimSetup]:
-    """One simulator run, wired as `pev.sim.run_demo` wires it, with its demo fault armed.
-
-    Its goal is judged from the physics engine's own poses while the world is still open.
-    """
-    from pev import sim
-
-    with sim.World(seed=seed) as physics:
-        arm = sim.SimArm(physics)
-        camera = sim.Camera(physics)
-        sim.inject(sim.Fault(task.input), world=physics, arm=arm, camera=camera, seed=seed)
-        world = World()
-        symbolic = sim.SymbolicPlanner(physics.sensor)
-
-        async def planner(request: PlanRequest) -> pev.Plan:
-            world.planner_calls += 1
-            return await symbolic.plan(request)
-
-        yield SimSetup(
-            world=world,
-            tools=[_count_sim(t, world) for t in sim.sim_tools(physics, arm).values()],
-            planner=planner,
-            verifier=sim.PerceptionVerifier(camera).verify,
-            contract=sim.CONTRACT,
-            input={"goal": sim.GOAL, "seed": seed},
-            goal_holds=lambda _: _cubes_in_tray(physics),
-            trusted_verifier=task.input != sim.Fault.CAMERA,
-            observer=sim.SceneObserver(physics, camera),
-            demo_fault=task.input,
-        )
-
-
-def _cubes_in_tray(physics: PhysicsWorld) -> bool:
-    """Whether every cube lies in the tray, by the physics engine's own poses once at rest."""
-    physics.settle()
-    scene = physics.scene()
-    return all(scene.in_tray(cube) for cube in scene.objects)
-
-
-async def run_pev_sim(setup: Setup) -> bool:
-    """`pev.run` as `run_demo` runs it: with the observer, and `POLICY` (one node at a time)."""
-    from pev import sim
-
-    assert isinstance(setup, SimSetup)
-    store = pev.MemoryStore()
-    result = await pev.run(
-        setup.input,
-        planner=setup.planner,
-        tools=setup.tools,
-        verifier=setup.verifier,
-        observer=setup.observer,
-        contract=setup.contract,
-        policy=sim.POLICY,
-        store=store,
-    )
-    state = await pev.Ledger(store).state(result.task_id)
-    setup.documented_path = sim.path_taken(state) == sim.FAULT_PATHS[sim.Fault(setup.demo_fault)]
-    return result.ok
-
-
-SIM_RUNNERS = {**RUNNERS, "pev": run_pev_sim}
+RUNNERS = {"pev": run_pev, **BASELINES}
 
 
 # --------------------------------------------------------------------------------------------
 # The suite
-
-
-@dataclass(frozen=True)
-class Outcome:
-    task: Task
-    seed: int
-    strategy: str
-    reported: bool
-    honest: bool
-    goal: bool
-    tool_calls: int
-    repeated_unknown: int
-    planner_calls: int
-    documented_path: bool | None = None  # pev's simulator runs: took its fault's documented path
-
-
-def tasks() -> list[Task]:
-    inputs = [("weather", city) for city in ("Lisbon", "Oslo", "Nairobi")]
-    inputs += [("claims", claim) for claim in ("CLM-1042", "CLM-2001")]
-    return [
-        Task(domain, value, fault, index)
-        for domain, value in inputs
-        for fault in FAULTS
-        for index in range(TASKS_PER_PAIR)
-    ]
-
-
-def sim_tasks() -> list[Task]:
-    return [Task("sim", fault, kind, 0) for fault, kind in SIM_FAULTS.items()]
 
 
 def _judge(task: Task, seed: int, strategy: str, setup: Setup, reported: bool) -> Outcome:
@@ -776,29 +391,6 @@ async def run_sim(task: Task, seed: int, strategy: str) -> Outcome:
     return replace(outcome, documented_path=setup.documented_path)
 
 
-def summarize(outcomes: list[Outcome]) -> dict[str, float]:
-    runs = len(outcomes)
-    by_task: dict[Task, list[Outcome]] = {}
-    for outcome in outcomes:
-        by_task.setdefault(outcome.task, []).append(outcome)
-    return {
-        "runs": runs,
-        "truthful": sum(o.reported == o.honest for o in outcomes) / runs,
-        "false": sum(o.reported and not o.honest for o in outcomes),
-        "world_wrong": sum(o.reported and not o.goal for o in outcomes),
-        "success": sum(o.reported and o.honest for o in outcomes) / runs,
-        "tool_calls": sum(o.tool_calls for o in outcomes),
-        "repeated": sum(o.repeated_unknown for o in outcomes),
-        "planner_calls": sum(o.planner_calls for o in outcomes),
-        "pass_k": statistics.fmean(
-            all(o.reported and o.honest for o in group) for group in by_task.values()
-        ),
-    }
-
-
-Outcomes = dict[str, list[Outcome]]  # strategy -> its runs
-
-
 async def suite(with_sim: bool) -> tuple[Outcomes, Outcomes, float, float]:
     """Every task on every seed under every strategy: software and simulator runs, timings."""
     started = time.perf_counter()
@@ -816,241 +408,6 @@ async def suite(with_sim: bool) -> tuple[Outcomes, Outcomes, float, float]:
                     sim[strategy].append(await run_sim(task, seed, strategy))
     ended = time.perf_counter()
     return outcomes, sim, ended - started, ended - sim_started
-
-
-def _strategy_table(stats: Mapping[str, Mapping[str, float]]) -> list[str]:
-    lines = [
-        (
-            "| strategy | truthful status | false successes | successes with the world goal unmet "
-            "| goal success | pass^4 | tool calls | repeated unknown actions | planner calls |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for strategy, s in stats.items():
-        lines.append(
-            f"| {strategy} | {s['truthful']:.1%} | {s['false']:.0f} | {s['world_wrong']:.0f} "
-            f"| {s['success']:.1%} | {s['pass_k']:.1%} | {s['tool_calls']:.0f} "
-            f"| {s['repeated']:.0f} | {s['planner_calls']:.0f} |"
-        )
-    return lines
-
-
-def _by_fault(
-    outcomes: Outcomes, faults: Iterable[str], key: Callable[[Task], str]
-) -> dict[str, dict[str, list[Outcome]]]:
-    """Fault -> strategy -> its runs on the tasks with that fault."""
-    return {
-        fault: {s: [o for o in outcomes[s] if key(o.task) == fault] for s in STRATEGIES}
-        for fault in faults
-    }
-
-
-def _fault_table(
-    groups: Mapping[str, Mapping[str, list[Outcome]]], label: Callable[[str], str]
-) -> list[str]:
-    lines = ["| fault | " + " | ".join(STRATEGIES) + " |", "|---|" + "---|" * len(STRATEGIES)]
-    for fault, runs in groups.items():
-        cells = []
-        for strategy in STRATEGIES:
-            group = runs[strategy]
-            ok = sum(o.reported and o.honest for o in group) / len(group)
-            false = sum(o.reported and not o.honest for o in group)
-            cells.append(f"{ok:.0%}" + (f" ({false} false)" if false else ""))
-        lines.append(f"| {label(fault)} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def _behind(groups: Mapping[str, Mapping[str, list[Outcome]]]) -> dict[str, str]:
-    """The faults on which a baseline reaches the goal more often than pev, with the rates."""
-    behind = {}
-    for fault, runs in groups.items():
-        rate = {s: statistics.fmean(o.reported and o.honest for o in runs[s]) for s in STRATEGIES}
-        leader = max(STRATEGIES[1:], key=rate.__getitem__)
-        if rate[leader] > rate["pev"]:
-            behind[fault] = f"`{fault}` ({leader} {rate[leader]:.0%}, pev {rate['pev']:.0%})"
-    return behind
-
-
-def _targets(stats: Mapping[str, Mapping[str, float]]) -> list[tuple[bool, str]]:
-    """pev's targets on one table, in `TARGETS`' order: met?, and the figures behind it."""
-    best = max(stats[s]["success"] for s in STRATEGIES if s != "pev")
-    p, blind = stats["pev"], stats["blind retry"]
-    saving = 1 - p["tool_calls"] / blind["tool_calls"]
-    return [
-        (p["false"] == 0, f"{p['false']:.0f}"),
-        (p["repeated"] == 0, f"{p['repeated']:.0f}"),
-        (p["success"] >= best, f"pev {p['success']:.1%}, best baseline {best:.1%}"),
-        (saving >= 0.40, f"{saving:.0%} fewer"),
-    ]
-
-
-TARGETS = (
-    "zero false successes",
-    "zero repeated unknown actions",
-    "goal success ≥ best baseline",
-    "≥ 40% fewer tool calls than blind retry",
-)
-
-
-# Why pev trails a baseline on a demo fault, and why a baseline reports failure with the goal
-# met: what the simulator runs show, for the report's prose.
-_SIM_TRAILS = {
-    "timeout": (
-        "On `timeout` the baselines re-send the `place` whose outcome was unknown (their "
-        "repeated unknown actions above): the hung controller never moved, so the red cube hangs "
-        "in the gripper where it was lifted; the next round's `pick` opens the hand first (the "
-        "cube falls, and the pick finds nothing where `observe` saw it), the round after grasps "
-        "it from the table and re-sends the `place`, which this time puts it in the tray. pev "
-        "never re-sends an action whose outcome is unknown and accepts the run as partial, as "
-        "SPEC §10 and `FAULT_PATHS` have it: a hung controller is a device failure, which "
-        "re-planning cannot fix (even a `reconcile` that found the cube still in the gripper "
-        "would settle the move as not done: a device failure all the same). The baselines' "
-        "re-send happens to be harmless here because the stalled arm never moved; on a real arm "
-        "a hang does not prove that motion stopped."
-    ),
-}
-_SIM_MISSED = {
-    ("blind retry", "slip"): (
-        "On `slip` blind retry runs its one plan again whole: it picks the red cube up where it "
-        "fell and puts it in the tray, then goes to pick the green cube out of the tray, and the "
-        "arm does not reach its target within its step budget; the round fails with every cube "
-        "in the tray, and so does the next."
-    ),
-}
-
-
-def report(outcomes: Outcomes, sim: Outcomes, elapsed: float, sim_elapsed: float) -> str:
-    stats = {s: summarize(o) for s, o in outcomes.items()}
-    with_sim = any(sim.values())
-    n_sim = len(sim_tasks()) if with_sim else 0
-    lines = [
-        (
-            f"{machine_line()}; {len(tasks()) + n_sim} tasks ({len(tasks())} software, "
-            f"{n_sim} simulator) x {len(SEEDS)} seeds under each of the {len(STRATEGIES)} "
-            f"strategies, {elapsed:.0f} s in all"
-            + (f" ({sim_elapsed:.0f} s of it the simulator's)" if with_sim else "")
-            + ". Command: `make bench` (`python bench/bench_faults.py --write docs/benchmarks.md`)."
-        ),
-        "",
-        (
-            f"Software tasks ({len(tasks())} x {len(SEEDS)} seeds = "
-            f"{stats['pev']['runs']:.0f} runs per strategy):"
-        ),
-        "",
-        *_strategy_table(stats),
-        "",
-        "Goal success by fault kind (software tasks):",
-        "",
-    ]
-    software_groups = _by_fault(outcomes, FAULTS, lambda task: task.fault)
-    lines += _fault_table(software_groups, str)
-    sim_stats: dict[str, dict[str, float]] = {}
-    sim_groups: dict[str, dict[str, list[Outcome]]] = {}
-    if with_sim:
-        sim_stats = {s: summarize(o) for s, o in sim.items()}
-        sim_groups = _by_fault(sim, SIM_FAULTS, lambda task: task.input)
-        documented = [o.documented_path for o in sim["pev"]]
-        lines += [
-            "",
-            (
-                f"Simulator tasks ({n_sim} x {len(SEEDS)} seeds = "
-                f"{sim_stats['pev']['runs']:.0f} runs per strategy; `pev.sim`'s demo faults, "
-                "each standing for a fault kind above). Every strategy drives the demo's own "
-                "components, built as `run_demo` builds them in a fresh pybullet world with the "
-                "same fault injected on the same seed: pev through `pev.run` as `run_demo` runs "
-                "it, the baselines through the loops above, which capture the scene observer's "
-                "evidence before and after each round for the perception verifier. Ground truth "
-                "is the physics engine's: a run's goal holds iff, once the world is at rest, "
-                "pybullet puts all three cubes in the tray. Its honest status is success iff the "
-                "goal holds, the verifier could establish it (not on `camera`, whose verifier "
-                "raises) and no move was left with its outcome unknown (an arm controller that "
-                "did not answer within its step budget, its move never settled by a later call "
-                "with the same args that succeeded). pev took its fault's documented path "
-                f"(`FAULT_PATHS`) in {sum(d is True for d in documented)} of {len(documented)} "
-                "runs."
-            ),
-            "",
-            *_strategy_table(sim_stats),
-            "",
-            "Goal success by demo fault (simulator tasks):",
-            "",
-            *_fault_table(sim_groups, lambda fault: f"`{fault}` (as {SIM_FAULTS[fault]})"),
-        ]
-    tables = [("software", stats)]
-    if with_sim:
-        every = {s: summarize(outcomes[s] + sim[s]) for s in STRATEGIES}
-        tables = [("all tasks", every), *tables, ("simulator", sim_stats)]
-        lines += [
-            "",
-            (
-                f"All {len(tasks()) + n_sim} tasks together ({every['pev']['runs']:.0f} runs per "
-                "strategy):"
-            ),
-            "",
-            *_strategy_table(every),
-        ]
-    checked = [(name, _targets(s)) for name, s in tables]
-    lines += [
-        "",
-        (
-            "Targets for pev, on all the tasks together (the suite), and on the software and "
-            "the simulator tasks each on their own:"
-            if with_sim
-            else "Targets for pev (software tasks):"
-        ),
-        "",
-    ]
-    for index, target in enumerate(TARGETS):
-        verdicts = [
-            f"{name} {met(ok)} ({figures})"
-            for name, results in checked
-            for ok, figures in [results[index]]
-        ]
-        lines.append(f"* {target}: " + "; ".join(verdicts))
-    behind = _behind(software_groups)
-    if behind:
-        lines += [
-            "",
-            "Where pev's goal success trails a baseline on the software tasks: "
-            + ", ".join(behind.values())
-            + ".",
-        ]
-    lines += [
-        "",
-        (
-            "On `timeout_unknown` the blind retry and replan loops re-send the action whose "
-            "outcome was unknown: publishing a bulletin again is harmless, so those weather runs "
-            "end with the goal met, while paying a claim again pays it twice (their false "
-            "successes). pev never re-sends it: it asks the tool's `reconcile`, which finds the "
-            "call's effect by its idempotency key, settles the record (`record_reconciled`) and "
-            "goes on from what is known."
-        ),
-    ]
-    sim_behind = _behind(sim_groups)
-    if sim_behind:
-        lines += [
-            "",
-            "Where pev's goal success trails a baseline on the simulator tasks: "
-            + ", ".join(sim_behind.values())
-            + ". "
-            + " ".join(_SIM_TRAILS[f] for f in sim_behind if f in _SIM_TRAILS),
-        ]
-    missed = Counter(
-        (o.strategy, o.task.input)
-        for s in STRATEGIES
-        for o in sim[s]
-        if o.honest and not o.reported
-    )
-    if missed:
-        lines += [
-            "",
-            "Simulator runs that report failure although the goal holds and the verifier could "
-            "establish it (untruthful, but not false successes): "
-            + ", ".join(f"{strategy} on `{fault}` ({n})" for (strategy, fault), n in missed.items())
-            + ". "
-            + " ".join(_SIM_MISSED[pair] for pair in missed if pair in _SIM_MISSED),
-        ]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
