@@ -322,8 +322,8 @@ def _ledger_costs(entries: Sequence[LedgerEntry]) -> list[tuple[str, float]]:
         state = apply(state, entry.event, at=entry.at)
         states.append(state)
     texts = [codec.dumps(e.event) for e in entries]
-    # Each repeat seals fresh copies of the events, as a run does: the chain keeps the text of
-    # an event it sealed recently, and sealing the same objects again would not encode them.
+    # Each repeat seals fresh copies of the events, as a run does (a run never seals one event
+    # object twice).
     copies = iter([[replace(e.event) for e in entries] for _ in range(_REPEATS)])
 
     def fold() -> None:

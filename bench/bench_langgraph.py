@@ -17,7 +17,7 @@ Six ways to run each, in one process and one event loop per round:
 * raw asyncio + pev's ledger writes: the same, plus the very events a pev run of the shape writes
   (task created, revision started, each level's pending records with the finishes of the level
   before, the round's end, the finish), through `pev.Ledger` on a `MemoryStore`: the ledger work
-  SPEC §5.2 asks of every run (fold, hash chain, index row), without the engine;
+  docs/design.md §5.2 asks of every run (fold, hash chain, index row), without the engine;
 * pev + `MemoryStore`: `await pev.run(...)` of a plan of those nodes (`noop` as a query tool,
   verification off, `RecoveryPolicy(max_parallel=100)`), task creation and planning included;
 * pev + `SQLiteStore`: the same run on a fresh file (opened before the clock starts);
@@ -164,7 +164,7 @@ async def _ledger_floor_seconds(case: str, store: pev.Store) -> float:
 
     The task's creation, its revision, each level's pending records (written with the level
     before's finishes, as the engine's round does), the round's end and the finish: every event
-    folded, sealed into the hash chain and stored, as SPEC §5.2 asks of any run.
+    folded, sealed into the hash chain and stored, as docs/design.md §5.2 asks of any run.
     """
     plan = PLANS[case]
     ledger = pev.Ledger(store)

@@ -1,4 +1,7 @@
-"""Suite-wide settings: Hypothesis runs without per-example deadlines on shared, noisy machines."""
+"""Suite-wide settings: Hypothesis runs without per-example deadlines on shared, noisy machines.
+
+Builders and Hypothesis strategies shared by test files live in ``tests/support``.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ PURE_PREFIXES = (
 )
 FOLD_MODULES = (
     "pev.ledger._events",
+    "pev.ledger._phases",
     "pev.ledger._state",
     "pev.ledger._queries",
     "pev.ledger._machine",
@@ -183,3 +185,216 @@ def test_closure_walker_sees_nested_imports() -> None:
     """The import walker follows pev's own imports (so the checks above are not vacuous)."""
     closure = _closure(("pev.kernel",))
     assert {"pev.kernel._decide", "pev.model", "pev.model._verdict", "pev.errors"} <= closure
+
+
+# -- the layers ----------------------------------------------------------------------------
+
+# pev's layers, lowest first. A module may import from its own layer and the layers below it,
+# never from one above; and no import cycle may join any two of pev's modules. Type-checking-only
+# imports and imports inside functions count too: the walk reads every import statement.
+# docs/architecture.md draws the same picture.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "foundation",
+        ("pev.errors", "pev._json", "pev._imports", "pev.codec", "pev.policy", "pev.chat"),
+    ),
+    ("model", ("pev.model",)),
+    ("kernel", ("pev.kernel",)),
+    ("ledger", ("pev.ledger",)),
+    ("rails", ("pev.rails",)),
+    ("experience", ("pev.experience",)),
+    ("stores", ("pev.stores",)),
+    ("engine", ("pev.engine",)),
+    ("adapters", ("pev.llm", "pev.testing", "pev.sim")),
+    ("shell", ("pev.cli",)),
+    ("package", ("pev",)),
+)
+
+
+def _layer_of(name: str) -> int:
+    """The index of the layer a module belongs to (its longest matching prefix)."""
+    best: tuple[int, int] | None = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and (
+                best is None or len(prefix) > best[1]
+            ):
+                best = (index, len(prefix))
+    if best is None:
+        raise AssertionError(f"{name} belongs to no layer: add it to LAYERS")
+    return best[0]
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module → the pev modules it imports (itself excluded)."""
+    return {
+        name: {imported for imported in _imports(name) if imported.startswith("pev")} - {name}
+        for name in _all_modules()
+    }
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module from a layer above its own, as 'a (layer) imports b (layer)'."""
+    found = []
+    for name, imported in graph.items():
+        for target in sorted(imported):
+            if _layer_of(target) > _layer_of(name):
+                below, above = LAYERS[_layer_of(name)][0], LAYERS[_layer_of(target)][0]
+                found.append(f"{name} ({below}) imports {target} ({above})")
+    return found
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_every_module_has_a_layer() -> None:
+    """Each of pev's modules falls in one of the layers (a new package must be placed)."""
+    for name in _all_modules():
+        _layer_of(name)
+
+
+def test_no_module_imports_from_a_layer_above_its_own() -> None:
+    """foundation → model → kernel → ledger → rails → experience → stores → engine → the rest."""
+    assert upward_imports(_graph()) == []
+
+
+def test_no_import_cycle_joins_two_modules() -> None:
+    """No two of pev's modules import each other, directly or through others."""
+    assert import_cycles(_graph()) == []
+
+
+def test_the_layer_checks_can_fail() -> None:
+    """An upward import and a cycle, planted in a copy of the graph, are both found."""
+    graph = _graph()
+    graph["pev.kernel._decide"] = {*graph["pev.kernel._decide"], "pev.engine._driver"}
+    assert upward_imports(graph) == [
+        "pev.kernel._decide (kernel) imports pev.engine._driver (engine)"
+    ]
+    assert ["pev.engine._driver", "pev.kernel._decide"] in [
+        [m for m in group if m in ("pev.engine._driver", "pev.kernel._decide")]
+        for group in import_cycles(graph)
+    ]
+    with pytest.raises(AssertionError, match="no layer"):
+        _layer_of("numpy")
+
+
+# -- module-level state --------------------------------------------------------------------
+
+_MUTATING_METHODS = frozenset(
+    {"append", "add", "clear", "discard", "extend", "insert", "pop", "popitem", "remove"}
+    | {"setdefault", "update", "submit", "__setitem__", "__delitem__"}
+)
+
+
+def _module_state_writes(name: str) -> list[str]:
+    """Places where a function writes to a name bound at its module's top level.
+
+    A module-level table that is only read is a constant; one that a function fills, empties or
+    rebinds (`global`) is state that outlives every object, which pev does not keep.
+    """
+    tree = ast.parse(_module_path(name).read_text(encoding="utf-8"))
+    top = {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Global):
+                found += [f"{name}:{node.lineno} global {n}" for n in node.names]
+            written = None
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del):
+                written = node.value
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _MUTATING_METHODS
+            ):
+                written = node.func.value
+            if isinstance(written, ast.Name) and written.id in top:
+                found.append(f"{name}:{node.lineno} writes {written.id}")
+    return found
+
+
+# The codec's dispatch tables: the encoder and the writer of each class, filled the first time a
+# value of that class is met. They are keyed by class, so they hold one entry per class of the
+# program (derived constants of its types, as its functools.cache'd field tables are), and an
+# entry never changes once written.
+PER_CLASS_TABLES = frozenset({"pev.codec:_ENCODERS", "pev.codec:_WRITERS"})
+
+
+def test_no_module_keeps_mutable_state() -> None:
+    """Caches, pools and locks belong to objects (the Ledger, the run), never to a module."""
+    writes = [place for name in _all_modules() for place in _module_state_writes(name)]
+    per_class = {f"{w.split(':')[0]}:{w.split()[-1]}" for w in writes} & PER_CLASS_TABLES
+    assert per_class == PER_CLASS_TABLES  # the exceptions still exist (else drop them here)
+    assert [w for w in writes if f"{w.split(':')[0]}:{w.split()[-1]}" not in per_class] == []
+
+
+def test_the_module_state_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module-level cache that a function fills is found."""
+    package = tmp_path / "pev"
+    package.mkdir()
+    (package / "cache.py").write_text(
+        "_SEEN: dict[str, int] = {}\n\n\ndef see(key: str) -> None:\n    _SEEN[key] = 1\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    assert _module_state_writes("pev.cache") == ["pev.cache:5 writes _SEEN"]
+
+
+def test_the_project_cites_only_its_own_docs() -> None:
+    """Code, tests and docs cite the project's docs, never a specification file outside it."""
+    root = SRC.parent
+    outside = "SP" + "EC"  # spelt apart, so that this test does not find itself
+    pattern = re.compile(rf"\b{outside}(\.md|'s| §)")
+    places = [
+        path
+        for folder in ("src", "docs", "tests", "bench", "examples")
+        for path in sorted((root / folder).rglob("*"))
+        if path.suffix in {".py", ".md", ".toml"}
+    ] + [root / "README.md"]
+    offenders = [
+        f"{path.relative_to(root)}:{number}"
+        for path in places
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if pattern.search(line)
+    ]
+    assert offenders == []

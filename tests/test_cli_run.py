@@ -71,6 +71,8 @@ def blame_post(request):
 
 
 NUMBER = 7
+
+forecaster = pev.Agent(planner, tools=[forecast, publish], verifier=verifier)
 """
 
 CONTRACT = """
@@ -268,6 +270,14 @@ BAD_FILES = [
     pytest.param(
         f"{C}{PLANNER}{TOOL}verifer = 'agent:verifier'\n", "components.verifer", id="unknown-role"
     ),
+    pytest.param(f"{C}agent = 'agent:forecaster'\n{PLANNER}", "components", id="agent-and-a-part"),
+    pytest.param(f"{C}agent = 'agent:planner'\n", "components.agent", id="agent-not-an-agent"),
+    pytest.param(
+        f"{X}[contract]\ngoal = 'g'\nsuccess_criteria = ['c']\nrequired_evidence = ['state']\n"
+        f"{TABLE}agent = 'agent:forecaster'\n",
+        "contract.required_evidence",
+        id="agent-without-observer",
+    ),
     pytest.param(f"{X}{CONTRACT}{TABLE}{PLANNER}{TOOL}", "components.verifier", id="no-verifier"),
     pytest.param(
         f"{X}{CONTRACT}required_evidence = ['state']\n{COMPONENTS}",
@@ -431,3 +441,23 @@ def test_console_rail_cannot_break_the_run() -> None:
     )
     assert result.ok
     assert rail.printed == 0
+
+
+def test_a_task_file_names_an_agent_whole(workdir: Path) -> None:
+    """components.agent names a module-level pev.Agent; the ledger records that one path."""
+    path = _task_file(
+        workdir,
+        f'input = "weather in Lisbon"\n{CONTRACT}\n[components]\nagent = "agent:forecaster"\n',
+    )
+    code, out = _pev(workdir, "run", "-q", "--task-id", "agent-1", str(path))
+    assert code == 0, out
+    assert out.strip() == "task agent-1: succeeded/passed"
+
+    async def components() -> dict[str, str]:
+        store = SQLiteStore(workdir / "ledger.db")
+        try:
+            return dict((await Ledger(store).state("agent-1")).created.components)
+        finally:
+            await store.close()
+
+    assert asyncio.run(components()) == {"agent": "agent:forecaster"}

@@ -19,6 +19,7 @@ The most used names are re-exported here.
 from importlib.metadata import PackageNotFoundError, version
 
 from pev.engine import (
+    Agent,
     RunResult,
     cancel,
     resume,
@@ -84,6 +85,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
 
 __all__ = [
     "AcceptPartial",
+    "Agent",
     "Budget",
     "CodecError",
     "ComponentError",

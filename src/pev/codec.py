@@ -155,6 +155,7 @@ def _encode_datetime(value: datetime) -> str:
     return utc.isoformat().replace("+00:00", "Z")
 
 
+# Filled once per class: a table of classes, not a cache of values.
 _ENCODERS: dict[type, Callable[[Any], object]] = {
     str: _same,
     int: _same,
@@ -195,24 +196,8 @@ def _write_none(_: None) -> str:
     return "null"
 
 
-# The text of recently written UTC times. Formatting times is the dearest step of writing an
-# event, and one time is often written several times (a record's created_at and updated_at, an
-# entry's time in its hash header and in its stored row). Only exact datetimes already in UTC
-# are kept: two equal UTC datetimes are the same instant with the same fields, so they have the
-# same text (equal datetimes in other zones need not be, across a DST fold).
-_RECENT_TIMES = 256
-_time_texts: dict[datetime, str] = {}
-
-
 def _write_datetime(value: datetime) -> str:
-    if value.tzinfo is not UTC:
-        return _write_any_time(value)
-    text = _time_texts.get(value)
-    if text is None:
-        if len(_time_texts) >= _RECENT_TIMES:
-            _time_texts.clear()
-        text = _time_texts[value] = _write_utc_time(value)
-    return text
+    return _write_utc_time(value) if value.tzinfo is UTC else _write_any_time(value)
 
 
 # A UTC time's isoformat, "Z" for "+00:00", quoted; `%` is the quickest way to fill them in.
@@ -264,7 +249,7 @@ def _write_bytes(value: bytes) -> str:
 
 
 def _enum_writer(cls: type[enum.Enum]) -> Callable[[Any], str]:
-    # An enum's members are constants, so each one's text is written once.
+    # An enum's members are constants, so each one's text is written once (a per-class table).
     texts: dict[enum.Enum, str] = {}
 
     def write_enum(value: enum.Enum) -> str:
@@ -339,6 +324,7 @@ def _writer_for(cls: type) -> Callable[[Any], str]:
     return writer
 
 
+# Filled once per class: a table of classes, not a cache of values.
 _WRITERS: dict[type, Callable[[Any], str]] = {
     str: encode_basestring,
     int: int.__repr__,
@@ -357,7 +343,7 @@ _WRITERS: dict[type, Callable[[Any], str]] = {
 }
 
 
-@functools.cache
+@functools.cache  # per class, once: a table of classes, not a cache of values
 def _tag_of(cls: type) -> str | None:
     if "kind" in {field.name for field in _fields(cls)}:
         return None
@@ -365,12 +351,12 @@ def _tag_of(cls: type) -> str | None:
     return tag if isinstance(tag, str) else None
 
 
-@functools.cache
+@functools.cache  # per class, once: a table of classes, not a cache of values
 def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
     return dataclasses.fields(cls)
 
 
-@functools.cache
+@functools.cache  # per class, once: a table of classes, not a cache of values
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls, localns=_LOCAL_HINTS)
 
@@ -445,7 +431,7 @@ def _decode_union(data: object, members: tuple[Any, ...], path: str) -> object:
     _fail(path, f"{_describe(data)} fits none of the expected types ({'; '.join(errors)})")
 
 
-@functools.cache
+@functools.cache  # per union, once: a table of classes, not a cache of values
 def _tags(options: tuple[Any, ...]) -> dict[str, type]:
     """Tag → class for the tagged dataclasses among a union's members."""
     return {

@@ -1,4 +1,4 @@
-"""The recovery policy: budgets, deadlines and limits of one task (SPEC §6)."""
+"""The recovery policy: budgets, deadlines and limits of one task (docs/design.md §6)."""
 
 from __future__ import annotations
 

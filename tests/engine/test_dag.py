@@ -1,23 +1,25 @@
-"""Plans as graphs in a run (SPEC §2.1, §2.2, §6): parallelism, skips, data flow, node context."""
+"""Plans as graphs in a run: parallelism, skips, data flow, node context.
+
+See docs/design.md §2.1, §2.2, §6.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING
 
+from tests.support.watering import GOAL, RECOVERY
+
 import pev
 from pev.engine import NodeContext, current_node_context
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import NodeSkipped
-from pev.model import DeviceFailure, Plan, PlanNode, RecordStatus, Verdict, VerificationContract
+from pev.model import DeviceFailure, Plan, PlanNode, RecordStatus, Verdict
 from pev.policy import RecoveryPolicy
 from pev.testing import FunctionExecutor, ScriptedPlanner, ScriptedVerifier
 
 if TYPE_CHECKING:  # the fixture's type, for readers and editors; conftest is not importable
     from conftest import Engine
-
-GOAL = "water the plants"
-RECOVERY = VerificationContract("recovery", GOAL, ("the soil is damp",))
 
 
 class InFlight:

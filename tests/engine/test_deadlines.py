@@ -1,4 +1,7 @@
-"""Cancellation and deadlines in a run (SPEC §5.3, §6): stopping work without losing a record."""
+"""Cancellation and deadlines in a run: stopping work without losing a record.
+
+See docs/design.md §5.3, §6.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from tests.support.watering import GOAL, RECOVERY
 
 import pev
 from pev.engine import PlanRequest, VerifyRequest, current_node_context
@@ -17,8 +21,6 @@ from pev.model import (
     RecordStatus,
     Reliability,
     Verdict,
-    VerificationContract,
-    VerificationMode,
 )
 from pev.policy import RecoveryPolicy
 from pev.testing import FunctionExecutor, ScriptedPlanner, ScriptedVerifier
@@ -26,8 +28,6 @@ from pev.testing import FunctionExecutor, ScriptedPlanner, ScriptedVerifier
 if TYPE_CHECKING:  # the fixture's type, for readers and editors; conftest is not importable
     from conftest import Engine
 
-GOAL = "water the plants"
-RECOVERY = VerificationContract(VerificationMode.RECOVERY, GOAL, ("the soil is damp",))
 WAIT_S = 3.0  # longer than any test should take: a call that sleeps this long must be stopped
 
 

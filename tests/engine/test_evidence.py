@@ -1,4 +1,7 @@
-"""Evidence in a run (SPEC §2.3, §2.4): observations, required evidence, what the verifier sees."""
+"""Evidence in a run: observations, required evidence, what the verifier sees.
+
+See docs/design.md §2.3, §2.4.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +9,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.support.watering import CRITERION, GOAL, PLAN
 
 import pev
 from pev.engine import Observation, VerifyRequest
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import VerdictRecorded
-from pev.model import EvidencePhase, Plan, PlanNode, Verdict, VerificationContract, VerificationMode
+from pev.model import EvidencePhase, Verdict, VerificationContract, VerificationMode
 from pev.testing import (
     FunctionExecutor,
     ScriptedObserver,
@@ -23,12 +27,9 @@ from pev.testing import (
 if TYPE_CHECKING:  # the fixture's type, for readers and editors; conftest is not importable
     from conftest import Engine
 
-GOAL = "water the plants"
-CRITERION = "the soil is damp"
 NEEDS_STATE = VerificationContract(
     VerificationMode.RECOVERY, GOAL, (CRITERION,), required_evidence=("state",)
 )
-PLAN = Plan(GOAL, (PlanNode("water", "pour water"),))
 
 
 @pytest.mark.parametrize("mode", [VerificationMode.RECOVERY, VerificationMode.ENFORCE])

@@ -1,4 +1,7 @@
-"""Verification modes in a run (SPEC §3.3): off, audit, enforce against the same scenarios."""
+"""Verification modes in a run: off, audit, enforce against the same scenarios.
+
+See docs/design.md §3.3.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +9,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.support.watering import CRITERION, ENFORCE, GOAL, PLAN
 
 from pev.kernel import Finish, LocalReplan, TaskStatus, TerminalReason
 from pev.ledger import Dispatched
 from pev.model import (
     DeviceFailure,
-    Plan,
-    PlanNode,
     Verdict,
     VerificationContract,
     VerificationMode,
@@ -22,12 +24,8 @@ from pev.testing import FunctionExecutor, ScriptedPlanner, ScriptedVerifier, Sta
 if TYPE_CHECKING:  # the fixture's type, for readers and editors; conftest is not importable
     from conftest import Engine
 
-GOAL = "water the plants"
-CRITERION = "the soil is damp"
 OFF = VerificationContract(VerificationMode.OFF)
 AUDIT = VerificationContract(VerificationMode.AUDIT, GOAL, (CRITERION,))
-ENFORCE = VerificationContract(VerificationMode.ENFORCE, GOAL, (CRITERION,))
-PLAN = Plan(GOAL, (PlanNode("water", "pour water"),))
 
 
 def _broken() -> FunctionExecutor:

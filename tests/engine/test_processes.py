@@ -1,4 +1,4 @@
-"""Crash, resume and cancel across real processes (SPEC §5.4, §6).
+"""Crash, resume and cancel across real processes (docs/design.md §5.4, §6).
 
 A child process runs a task on an SQLite ledger; the test kills it with SIGKILL in the middle of
 an action (or of verification), then resumes the task in a fresh process that is given no
@@ -312,7 +312,7 @@ def test_a_killed_action_that_reconciles_as_done_lets_the_task_succeed(
     agent.wait_for_line("moves.log", first)
     kill(first)
     crashed, _, _ = agent.history("t1")
-    assert crashed.created.components["executor"] == "pev_proc_agent:Arm()"
+    assert crashed.created.components["executor"] == "pev_proc_agent:Arm"
 
     children.append(second := agent.start("resume", "t1", str(agent.db)))
     assert outcome(second) == {"status": "succeeded", "reason": "passed"}

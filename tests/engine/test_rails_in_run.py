@@ -1,4 +1,7 @@
-"""Rails in a run (SPEC §7): they observe every phase and never change what the engine decides."""
+"""Rails in a run: they observe every phase and never change what the engine decides.
+
+See docs/design.md §7.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +12,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from tests.support.watering import GOAL, RECOVERY
 
 import pev
 from pev.kernel import TaskStatus, TerminalReason
-from pev.model import JsonObject, Plan, PlanNode, Verdict, VerificationContract, VerificationMode
+from pev.model import JsonObject, Plan, PlanNode, Verdict
 from pev.rails import LoggingRail, RailEvent, RailPhase, RootCauseRail
 from pev.testing import FunctionExecutor, ScriptedPlanner, ScriptedVerifier
 
 if TYPE_CHECKING:  # the fixture's type, for readers and editors; conftest is not importable
     from conftest import Engine
 
-GOAL = "water the plants"
-RECOVERY = VerificationContract(VerificationMode.RECOVERY, GOAL, ("the soil is damp",))
 PLAN = Plan(
     GOAL,
     (

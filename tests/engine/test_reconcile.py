@@ -1,4 +1,4 @@
-"""Reconciling calls of unknown outcome during a run (SPEC §2.2, §4, §5.4).
+"""Reconciling calls of unknown outcome during a run (docs/design.md §2.2, §4, §5.4).
 
 A timed-out or crashed action may or may not have taken effect. When its tool (or a custom
 executor) can tell what it really did, the engine asks right after the round and writes a

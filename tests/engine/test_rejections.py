@@ -1,4 +1,7 @@
-"""Rejected plans in a run (SPEC §2.1, §4): fed back, budgeted, and no blind repeat of unknowns."""
+"""Rejected plans in a run: fed back, budgeted, and no blind repeat of unknowns.
+
+See docs/design.md §2.1, §4.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.support.watering import ENFORCE, GOAL, RECOVERY
 
 import pev
 from pev.kernel import TaskStatus, TerminalReason
@@ -15,8 +19,6 @@ from pev.model import (
     PlanNode,
     RecordStatus,
     Verdict,
-    VerificationContract,
-    VerificationMode,
     VerifierFailure,
 )
 from pev.policy import RecoveryPolicy
@@ -24,11 +26,6 @@ from pev.testing import FunctionExecutor, ScriptedPlanner, ScriptedVerifier
 
 if TYPE_CHECKING:  # the fixture's type, for readers and editors; conftest is not importable
     from conftest import Engine
-
-GOAL = "water the plants"
-CRITERION = "the soil is damp"
-RECOVERY = VerificationContract(VerificationMode.RECOVERY, GOAL, (CRITERION,))
-ENFORCE = VerificationContract(VerificationMode.ENFORCE, GOAL, (CRITERION,))
 
 
 @pev.tool(effect="query")

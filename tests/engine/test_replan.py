@@ -1,10 +1,15 @@
-"""Replanning in a run (SPEC §4): local and global replans, the budget, and the replan deadline."""
+"""Replanning in a run: local and global replans, the budget, and the replan deadline.
+
+See docs/design.md §4.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING
+
+from tests.support.watering import CRITERION, GOAL, RECOVERY
 
 import pev
 from pev.engine import PlanRequest
@@ -15,8 +20,6 @@ from pev.model import (
     Plan,
     PlanNode,
     Verdict,
-    VerificationContract,
-    VerificationMode,
 )
 from pev.policy import RecoveryPolicy
 from pev.testing import FakeClock, FunctionExecutor, MemoryStore, ScriptedPlanner, ScriptedVerifier
@@ -24,9 +27,6 @@ from pev.testing import FakeClock, FunctionExecutor, MemoryStore, ScriptedPlanne
 if TYPE_CHECKING:  # the fixture's type, for readers and editors; conftest is not importable
     from conftest import Engine
 
-GOAL = "water the plants"
-CRITERION = "the soil is damp"
-RECOVERY = VerificationContract(VerificationMode.RECOVERY, GOAL, (CRITERION,))
 
 # a → b → c, and d on its own.
 CHAIN = Plan(

@@ -1,4 +1,4 @@
-"""Resume after a crash, in one process (SPEC §5.4).
+"""Resume after a crash, in one process (docs/design.md §5.4).
 
 Each test writes a task's ledger as a crashed process would have left it (a record committed
 ``pending`` with no end, a planner or verifier call that never returned), then resumes it. The

@@ -1,4 +1,7 @@
-"""One round of the loop (SPEC §3, §6): a run's outcome from its execution and its verdict."""
+"""One round of the loop: a run's outcome from its execution and its verdict.
+
+See docs/design.md §3, §6.
+"""
 
 from __future__ import annotations
 
@@ -92,7 +95,7 @@ async def test_a_device_failure_the_verifier_blames_ends_partial_without_a_retry
 
 
 async def test_a_device_failure_the_verifier_does_not_blame_is_a_pass(engine: Engine) -> None:
-    """A failed node the verifier passes anyway: the run succeeds (SPEC §3.1 step 3)."""
+    """A failed node the verifier passes anyway: the run succeeds (docs/design.md §3.1 step 3)."""
     executor = FunctionExecutor({"look": lambda: DeviceFailure("look", "camera off")})
     plan = Plan(
         GOAL,

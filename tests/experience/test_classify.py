@@ -1,4 +1,7 @@
-"""Episode classification (SPEC §8) is a total function, tested row by row and as a property."""
+"""Episode classification is a total function, tested row by row and as a property.
+
+See docs/design.md §8.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The must-show of SPEC §8: after the demo's ``slip`` has been recovered in three separate
-tasks, a lesson is active, and the next task's planner request contains it."""
+"""After the demo's ``slip`` has been recovered in three tasks, a lesson is active.
+
+The must-show of docs/design.md §8: the next task's planner request contains that lesson.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Episodes are built from an ended task's ledger state (SPEC §8)."""
+"""Episodes are built from an ended task's ledger state (docs/design.md §8)."""
 
 from __future__ import annotations
 

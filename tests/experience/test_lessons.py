@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pev.chat import ChatRequest, LLMError
 from pev.errors import UsageError
 from pev.experience import (
     DraftRequest,
@@ -22,6 +23,7 @@ from pev.experience import (
 from pev.kernel import RootCause
 from pev.ledger import Ledger
 from pev.model import Effect
+from pev.testing import ScriptedChat
 
 if TYPE_CHECKING:
     from conftest import Claims
@@ -308,27 +310,31 @@ async def test_a_failing_drafter_keeps_the_template(
     assert "drafter failed" in caplog.text
 
 
-async def test_a_chat_model_drafts_through_the_llm_seam(claims: Claims, store: Any) -> None:
-    """A pev.llm chat model is asked with a ChatRequest; its reply's text is the draft."""
-    llm = pytest.importorskip("pev.llm", exc_type=ImportError)
-
-    class FakeChat:
-        def __init__(self) -> None:
-            self.requests: list[Any] = []
-
-        async def complete(self, request: Any) -> Any:
-            self.requests.append(request)
-            return llm.ChatReply(text='"Look again before another submit."', model="fake")
-
-    chat = FakeChat()
+async def test_a_chat_model_drafts_through_the_chat_seam(claims: Claims, store: Any) -> None:
+    """A chat model is asked with a ChatRequest; its reply's text is the draft."""
+    chat = ScriptedChat('"Look again before another submit."')
     book = LessonBook(store, drafter=chat)
     await _promote(claims, book)
     lesson = await book.get(PLAN_ERROR_SUBMIT.id)
     assert lesson is not None
     assert (lesson.text, lesson.drafted) == ("Look again before another submit.", True)
     (request,) = chat.requests
-    assert isinstance(request, llm.ChatRequest)
+    assert isinstance(request, ChatRequest)
     assert "Tool: submit" in request.messages[-1].text
+
+
+async def test_a_chat_drafter_that_fails_keeps_the_template(
+    claims: Claims, store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A chat model that raises (a transport failure) keeps the template text, logged."""
+    chat = ScriptedChat(LLMError("server down", model="m"))
+    book = LessonBook(store, drafter=chat)
+    with caplog.at_level(logging.WARNING, logger="pev.experience"):
+        await _promote(claims, book)
+    lesson = await book.get(PLAN_ERROR_SUBMIT.id)
+    assert lesson is not None
+    assert (lesson.text, lesson.drafted, chat.calls) == (SUBMIT_TEXT, False, 1)
+    assert "drafter failed" in caplog.text
 
 
 # --- retrieval -------------------------------------------------------------------------------

@@ -1,4 +1,7 @@
-"""The sanitiser (SPEC §8) rejects every specific a lesson could leak, and keeps general advice."""
+"""The sanitiser rejects every specific a lesson could leak, and keeps general advice.
+
+See docs/design.md §8.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The action table of SPEC §3.2: what recovery does about each diagnosis."""
+"""The action table of docs/design.md §3.2: what recovery does about each diagnosis."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_action_table(
     local_limit: int,
     expected: Action,
 ) -> None:
-    """Each row of SPEC §3.2 maps its diagnosis to its action."""
+    """Each row of docs/design.md §3.2 maps its diagnosis to its action."""
     action = to_replan_action(diagnosis, failed_nodes, FEEDBACK, local_limit=local_limit)
 
     assert action == expected

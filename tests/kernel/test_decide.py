@@ -1,4 +1,4 @@
-"""The dispatch table of SPEC §3.3: every verification mode, budget and deadline row."""
+"""The dispatch table of docs/design.md §3.3: every verification mode, budget and deadline row."""
 
 from __future__ import annotations
 
@@ -311,7 +311,7 @@ RECOVERY_TABLE = [
 
 @pytest.mark.parametrize(("round_", "expected"), RECOVERY_TABLE)
 def test_recovery_table(round_: Round, expected: Outcome | Decision) -> None:
-    """In recovery mode each row ends, accepts partial or re-plans as SPEC §3.3 says."""
+    """In recovery mode each row ends, accepts partial or re-plans as docs/design.md §3.3 says."""
     assert _outcome(_decide(RECOVERY, round_)) == expected
 
 

@@ -1,4 +1,4 @@
-"""The diagnosis table of SPEC §3.1, row by row, first match wins."""
+"""The diagnosis table of docs/design.md §3.1, row by row, first match wins."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def _blaming(*nodes: str, status: VerdictStatus = VerdictStatus.REPLAN_REQUIRED)
     return Verdict(status, failed_nodes=frozenset(nodes), feedback="try again")
 
 
-# (verdict, reliability, results) → (cause, nodes). Rows follow SPEC's order: unreliable
-# perception first, then device failures the verifier blames, then plan or answer errors.
+# (verdict, reliability, results) → (cause, nodes). Rows follow the order of docs/design.md §3.1:
+# unreliable perception first, then device failures the verifier blames, then plan or answer errors.
 DIAGNOSIS_TABLE = [
     pytest.param(None, Reliability.THROWN, {}, UNRELIABLE, frozenset(), id="thrown"),
     pytest.param(
@@ -165,7 +165,7 @@ def test_diagnosis_table(
     cause: RootCause,
     nodes: frozenset[str] | set[str],
 ) -> None:
-    """Each row of SPEC §3.1 yields its root cause and the nodes it concerns."""
+    """Each row of docs/design.md §3.1 yields its root cause and the nodes it concerns."""
     diagnosis = diagnose(verdict, reliability, results)
 
     assert (diagnosis.cause, diagnosis.nodes) == (cause, frozenset(nodes))
@@ -196,7 +196,7 @@ def test_device_failure_keeps_its_nodes_as_a_frozenset() -> None:
 
 
 def test_root_cause_has_exactly_three_members() -> None:
-    """RootCause is the closed vocabulary of SPEC §3.1: exactly three causes."""
+    """RootCause is the closed vocabulary of docs/design.md §3.1: exactly three causes."""
     assert {cause.value for cause in RootCause} == {
         "perception_unreliable",
         "device_failure",

@@ -1,4 +1,4 @@
-"""The status/reason table of SPEC §3.3: which reasons each terminal status may carry."""
+"""The status/reason table of docs/design.md §3.4: which reasons each terminal status may carry."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ STATUS_TABLE = [
 
 @pytest.mark.parametrize(("status", "reasons"), STATUS_TABLE)
 def test_status_reasons_table(status: TaskStatus, reasons: set[TerminalReason]) -> None:
-    """Each status carries exactly the reasons SPEC §3.3 lists for it."""
+    """Each status carries exactly the reasons docs/design.md §3.4 lists for it."""
     assert STATUS_REASONS[status] == reasons
 
 
@@ -51,7 +51,7 @@ def test_every_status_has_a_row() -> None:
 
 
 def test_terminal_reasons_are_spec_vocabulary() -> None:
-    """TerminalReason names exactly the twelve endings of SPEC §3.3."""
+    """TerminalReason names exactly the twelve endings of docs/design.md §3.4."""
     assert {reason.value for reason in TerminalReason} == {
         "passed",
         "execution_succeeded",

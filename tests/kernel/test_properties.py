@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.strategies import utc_datetimes
 
 from pev.kernel import (
     AcceptPartial,
@@ -48,11 +49,7 @@ verdicts = st.builds(
     feedback=short_text,
 )
 diagnoses = st.builds(Diagnosis, st.sampled_from(RootCause), node_sets, short_text)
-instants = st.datetimes(
-    min_value=datetime(2024, 1, 1),  # noqa: DTZ001 - Hypothesis bounds are naive; timezones= adds UTC
-    max_value=datetime(2026, 1, 1),  # noqa: DTZ001
-    timezones=st.just(UTC),
-)
+instants = utc_datetimes(2024, 2026)
 budgets = st.builds(
     Budget,
     st.integers(min_value=0, max_value=4),

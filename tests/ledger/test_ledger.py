@@ -2,40 +2,31 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from tests.support.builders import T0, revision
 
 from pev.errors import StateError, UnknownTaskError
 from pev.kernel import GlobalReplan, TaskStatus, TerminalReason
-from pev.ledger import (
-    AwaitingReplan,
-    Ledger,
-    RevisionKind,
-    RevisionStarted,
-    RoundExecuted,
-    TaskPhase,
-    dispatch,
-)
+from pev.ledger import AwaitingReplan, Ledger, RoundExecuted, TaskPhase, dispatch
 from pev.model import Plan, PlanNode, VerificationContract, VerificationMode
 from pev.policy import RecoveryPolicy
 from pev.stores import MemoryStore, SQLiteStore
 from pev.testing import FakeClock
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CONTRACT = VerificationContract(VerificationMode.RECOVERY, "water the plants", ("soil is damp",))
 PLAN = Plan("water the plants", (PlanNode("pour", "pour water", tool="can"),))
+FIRST_REVISION = revision(1, plan=PLAN, reason="initial plan")
 
 
 async def _awaiting_replan(ledger: Ledger, task_id: str, *, now: datetime = T0) -> None:
     """Create a task, run revision 1, and decide a global replan at ``now`` (due 60 s later)."""
     policy = RecoveryPolicy(replan_timeout_s=60)
     await ledger.create("water", contract=CONTRACT, policy=policy, task_id=task_id)
-    revision = RevisionStarted(
-        number=1, revision_kind=RevisionKind.INITIAL, reason="initial plan", plan=PLAN
-    )
-    state = await ledger.append(task_id, [revision, RoundExecuted(revision=1, executed_ok=True)])
+    first = [FIRST_REVISION, RoundExecuted(revision=1, executed_ok=True)]
+    state = await ledger.append(task_id, first)
     await ledger.append(task_id, dispatch(state, GlobalReplan("try again"), now=now))
 
 
@@ -43,11 +34,8 @@ async def test_refused_batch_writes_nothing() -> None:
     """A batch with one event the state refuses is not written at all, not even its first part."""
     ledger = Ledger(MemoryStore(), clock=FakeClock(T0))
     await ledger.create("water", contract=CONTRACT, task_id="t")
-    revision = RevisionStarted(
-        number=1, revision_kind=RevisionKind.INITIAL, reason="initial plan", plan=PLAN
-    )
     with pytest.raises(StateError):
-        await ledger.append("t", [revision, RoundExecuted(revision=2, executed_ok=True)])
+        await ledger.append("t", [FIRST_REVISION, RoundExecuted(revision=2, executed_ok=True)])
     assert len(await ledger.entries("t")) == 1
     assert (await ledger.state("t")).phase is TaskPhase.PLANNING
 

@@ -1,10 +1,16 @@
-"""The transition functions (SPEC §4, §5.3): valves, rejected plans, dispatch, expiry, cancel."""
+"""The transition functions: valves, rejected plans, dispatch, expiry, cancel.
+
+See docs/design.md §4, §5.3.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import functools
+from datetime import timedelta
 
 import pytest
+from tests.support import builders
+from tests.support.builders import T0, TASK, contract, fold, ran, record, step
 
 from pev.errors import StateError
 from pev.kernel import Diagnosis as KernelDiagnosis
@@ -21,7 +27,6 @@ from pev.ledger import (
     AwaitingReplan,
     CancelRequested,
     Dispatched,
-    Event,
     Ledger,
     NodeDispatched,
     NodeFinished,
@@ -29,13 +34,10 @@ from pev.ledger import (
     RecordReconciled,
     ReplanStarted,
     RevisionKind,
-    RevisionStarted,
     RoundExecuted,
-    TaskCreated,
     TaskFinished,
     TaskPhase,
     TaskState,
-    apply,
     begin_replan,
     cancel_outcome,
     dispatch,
@@ -43,31 +45,24 @@ from pev.ledger import (
     finish,
     new_task,
     reject_plan,
-    replay,
     request_cancel,
 )
 from pev.model import (
     DeviceFailure,
     Effect,
-    ExecutionRecord,
     NodeResult,
     Plan,
     PlanNode,
     RecordId,
     RecordStatus,
     Success,
-    TaskId,
-    VerificationContract,
     VerificationMode,
     VerifierFailure,
-    digest,
     record_status_for,
 )
 from pev.policy import RecoveryPolicy
 from pev.stores import MemoryStore
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-TASK = TaskId("task-1")
 PLAN = Plan(
     "tidy the desk",
     (
@@ -79,71 +74,9 @@ OTHER_PLAN = Plan("tidy the desk", (PlanNode("sweep", "sweep everything", tool="
 LOCAL = LocalReplan(frozenset({"grab"}), "grab the handle")
 GLOBAL = GlobalReplan("start over")
 
-
-def contract(mode: VerificationMode = VerificationMode.RECOVERY) -> VerificationContract:
-    if mode is VerificationMode.OFF:
-        return VerificationContract(VerificationMode.OFF)
-    return VerificationContract(mode, "tidy the desk", ("the cup is in the sink",))
-
-
-def created(
-    *, mode: VerificationMode = VerificationMode.RECOVERY, max_replans: int = 2
-) -> TaskCreated:
-    return new_task(
-        TASK,
-        input="tidy the desk",
-        contract=contract(mode),
-        policy=RecoveryPolicy(max_replans=max_replans, replan_timeout_s=60),
-        now=T0,
-    )
-
-
-def record(
-    rid: str, node: str, *, revision: int = 1, effect: Effect = Effect.ACTION
-) -> ExecutionRecord:
-    return ExecutionRecord(
-        id=RecordId(rid),
-        task_id=TASK,
-        revision=revision,
-        node_id=node,
-        tool="arm",
-        args_digest=digest({}),
-        effect=effect,
-        idempotency_key=f"{TASK}:{rid}",
-        created_at=T0,
-        updated_at=T0,
-    )
-
-
-def ran(
-    rid: str, node: str, result: NodeResult, *, revision: int = 1, effect: Effect = Effect.ACTION
-) -> tuple[Event, ...]:
-    return (
-        NodeDispatched(record=record(rid, node, revision=revision, effect=effect)),
-        NodeFinished(
-            record_id=RecordId(rid), status=record_status_for(result), result=result, at=T0
-        ),
-    )
-
-
-def revision(
-    number: int,
-    kind: RevisionKind = RevisionKind.INITIAL,
-    *,
-    plan: Plan = PLAN,
-    redo: frozenset[str] = frozenset(),
-) -> RevisionStarted:
-    return RevisionStarted(number=number, revision_kind=kind, reason="why", plan=plan, redo=redo)
-
-
-def fold(*events: Event) -> TaskState:
-    return replay(events)
-
-
-def step(state: TaskState, events: tuple[Event, ...]) -> TaskState:
-    for event in events:
-        state = apply(state, event)
-    return state
+# Tasks created here wait a minute for a replan; revisions are of PLAN unless told.
+created = functools.partial(builders.created, replan_timeout_s=60)
+revision = functools.partial(builders.revision, plan=PLAN)
 
 
 def verifying(
@@ -151,7 +84,7 @@ def verifying(
 ) -> TaskState:
     """Revision 1 ran: look succeeded, grab failed; the task is being verified."""
     return fold(
-        created(mode=mode, max_replans=max_replans),
+        created(contract(mode), max_replans=max_replans),
         revision(1),
         *ran("r1", "look", Success({"cups": 1})),
         *ran("r2", "grab", VerifierFailure("grab", "missed the cup")),
@@ -337,7 +270,7 @@ def test_recovery_rejection_with_budget_spent_fails_invalid_plan() -> None:
 )
 def test_first_rejection_ends_other_modes(mode: VerificationMode) -> None:
     """Outside recovery mode the first rejection ends failed/invalid_plan, budget or not."""
-    state = fold(created(mode=mode, max_replans=5))
+    state = fold(created(contract(mode), max_replans=5))
     events = reject_plan(state, problems=("no nodes",), plan=None, now=T0)
     assert [event.kind for event in events] == ["plan_rejected", "task_finished"]
     ended = step(state, events)
@@ -379,7 +312,7 @@ def test_always_rejected_planner_gets_budget_plus_one_attempts(max_replans: int)
 
 
 def test_budget_of_two_gives_exactly_three_attempts() -> None:
-    """With max_replans=2 an always-rejected planner gets exactly 3 attempts (SPEC §4)."""
+    """With max_replans=2 an always-rejected planner gets exactly 3 attempts (docs/design.md §4)."""
     state = fold(created(max_replans=2))
     while not state.terminal:
         if state.phase is TaskPhase.PLANNING:

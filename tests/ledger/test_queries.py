@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import dataclasses
+import functools
+from datetime import timedelta
 
 import pytest
+from tests.support import builders
+from tests.support.builders import T0, captured, contract, fold, ran, revision
 
 from pev.kernel import GlobalReplan, LocalReplan
 from pev.ledger import (
     AwaitingReplan,
     Event,
-    EvidenceCaptured,
-    NodeDispatched,
-    NodeFinished,
     NodeProgressed,
     RecordReconciled,
     ReplanStarted,
     RevisionKind,
-    RevisionStarted,
     RoundExecuted,
     TaskState,
     executed_ok,
@@ -25,36 +25,23 @@ from pev.ledger import (
     lineage_records,
     lineage_results,
     missing_evidence,
-    new_task,
     outputs,
-    replay,
     unfinished_records,
     unsettled_unknown_actions,
 )
 from pev.model import (
     DeviceFailure,
     Effect,
-    Evidence,
-    EvidenceId,
     EvidencePhase,
-    ExecutionRecord,
-    NodeResult,
     Plan,
     PlanNode,
     RecordId,
     RecordStatus,
     Success,
-    TaskId,
-    VerificationContract,
     VerificationMode,
     VerifierFailure,
-    digest,
-    record_status_for,
 )
-from pev.policy import RecoveryPolicy
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-TASK = TaskId("task-q")
 PLAN = Plan(
     "stack the blocks",
     (
@@ -71,53 +58,10 @@ NEW_PLAN = Plan(
     ),
 )
 UNKNOWN = DeviceFailure("lift", "timed out", is_timeout=True, outcome_unknown=True)
-
-
-def created(required: tuple[str, ...] = ()) -> Event:
-    contract = VerificationContract(
-        VerificationMode.RECOVERY,
-        "stack the blocks",
-        ("red is on blue",),
-        required_evidence=required,
-    )
-    return new_task(TASK, input="stack", contract=contract, policy=RecoveryPolicy(), now=T0)
-
-
-def record(rid: str, node: str, revision: int, effect: Effect) -> ExecutionRecord:
-    return ExecutionRecord(
-        id=RecordId(rid),
-        task_id=TASK,
-        revision=revision,
-        node_id=node,
-        tool="arm",
-        args_digest=digest({"node": node}),
-        effect=effect,
-        idempotency_key=f"{TASK}:{rid}",
-        created_at=T0,
-        updated_at=T0,
-    )
-
-
-def ran(
-    rid: str,
-    node: str,
-    result: NodeResult | None,
-    *,
-    revision: int = 1,
-    effect: Effect = Effect.ACTION,
-) -> tuple[Event, ...]:
-    """A dispatch of ``node``, finished with ``result`` (None: left pending)."""
-    dispatched = NodeDispatched(record=record(rid, node, revision, effect))
-    if result is None:
-        return (dispatched,)
-    status = record_status_for(result)
-    return dispatched, NodeFinished(record_id=RecordId(rid), status=status, result=result, at=T0)
-
-
-def rev(
-    number: int, kind: RevisionKind, plan: Plan = PLAN, redo: frozenset[str] = frozenset()
-) -> RevisionStarted:
-    return RevisionStarted(number=number, revision_kind=kind, reason="why", plan=plan, redo=redo)
+CONTRACT = contract(VerificationMode.RECOVERY, "stack the blocks", ("red is on blue",))
+# The stacking task's task_created and revision_started events.
+created = functools.partial(builders.created, contract=CONTRACT, input="stack")
+rev = functools.partial(revision, plan=PLAN)
 
 
 def replan(number: int, kind: RevisionKind, plan: Plan, redo: frozenset[str]) -> tuple[Event, ...]:
@@ -127,12 +71,8 @@ def replan(number: int, kind: RevisionKind, plan: Plan, redo: frozenset[str]) ->
         RoundExecuted(revision=number - 1, executed_ok=False),
         AwaitingReplan(action=action, deadline=T0 + timedelta(seconds=60)),
         ReplanStarted(planning=kind, attempt=number),
-        rev(number, kind, plan, redo),
+        rev(number, kind, plan=plan, redo=redo),
     )
-
-
-def fold(*events: Event) -> TaskState:
-    return replay(events)
 
 
 def first_round() -> tuple[Event, ...]:
@@ -261,18 +201,7 @@ def test_outputs_are_empty_without_a_plan() -> None:
 # --- references -------------------------------------------------------------------------------
 
 
-def _evidence(eid: str, phase: EvidencePhase, *, revision: int = 1, kind: str = "state") -> Event:
-    return EvidenceCaptured(
-        evidence=Evidence(
-            id=EvidenceId(eid),
-            phase=phase,
-            kind=kind,
-            source="camera",
-            captured_at=T0,
-            revision=revision,
-            payload={"seen": True},
-        )
-    )
+_evidence = functools.partial(captured, source="camera", payload={"seen": True})
 
 
 def test_known_refs_name_every_observation_and_record() -> None:
@@ -352,7 +281,8 @@ def test_unfinished_records_are_those_not_terminal() -> None:
 
 
 def _with_evidence(*captures: Event, required: tuple[str, ...] = ("state", "image")) -> TaskState:
-    return fold(created(required), rev(1, RevisionKind.INITIAL), *captures)
+    required_contract = dataclasses.replace(CONTRACT, required_evidence=required)
+    return fold(created(contract=required_contract), rev(1, RevisionKind.INITIAL), *captures)
 
 
 def test_missing_evidence_lists_required_kinds_not_captured() -> None:

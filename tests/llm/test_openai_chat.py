@@ -196,12 +196,25 @@ def test_images_belong_to_user_messages() -> None:
 
 
 def test_a_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without the openai SDK, importing pev.llm says what to install."""
-    for name in [n for n in sys.modules if n == "pev.llm" or n.startswith("pev.llm.")]:
-        monkeypatch.delitem(sys.modules, name)
+    """Without the openai SDK, pev.llm still imports; OpenAIChat says what to install."""
+    monkeypatch.delitem(sys.modules, "pev.llm.openai")
     monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` fail
+    llm = importlib.import_module("pev.llm")
+    assert llm.LLMPlanner.__name__ == "LLMPlanner"
     with pytest.raises(ImportError, match=r"pip install 'pev-agent\[llm\]'"):
-        importlib.import_module("pev.llm")
+        importlib.import_module("pev.llm.openai")
+    with pytest.raises(ImportError, match=r"pip install 'pev-agent\[llm\]'"):
+        llm.OpenAIChat  # noqa: B018 - the lazy attribute is what is tested
+
+
+def test_openai_chat_is_served_from_its_module() -> None:
+    """``from pev.llm import OpenAIChat`` is the class of the public module pev.llm.openai."""
+    from pev.llm import openai as adapter
+
+    assert OpenAIChat is adapter.OpenAIChat
+    assert "OpenAIChat" in dir(importlib.import_module("pev.llm"))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        importlib.import_module("pev.llm").Nope  # noqa: B018
 
 
 def _imports_openai(path: Path) -> bool:
@@ -220,11 +233,11 @@ def _imports_openai(path: Path) -> bool:
 
 
 def test_only_the_adapter_imports_the_sdk() -> None:
-    """Nothing outside pev.llm imports openai; inside it, only the adapter (and the check)."""
+    """Nothing in pev imports openai but the adapter, pev.llm.openai."""
     importers = sorted(
         str(path.relative_to(SRC)) for path in SRC.rglob("*.py") if _imports_openai(path)
     )
-    assert importers == ["pev/llm/__init__.py", "pev/llm/_openai.py"]
+    assert importers == ["pev/llm/openai.py"]
 
 
 def test_one_chat_serves_several_event_loops(chat_server: ChatServer) -> None:

@@ -1,4 +1,7 @@
-"""LLMPlanner over real HTTP: a reply that is not a plan is rejected and fed back (SPEC §4)."""
+"""LLMPlanner over real HTTP: a reply that is not a plan is rejected and fed back.
+
+See docs/design.md §4.
+"""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import pytest
 import pev
 from pev.engine import PlanRequest, VerifyRequest
 from pev.ledger import RevisionKind
-from pev.llm import ChatReply, ChatRequest, LLMPlanner, LLMVerifier
+from pev.llm import LLMPlanner, LLMVerifier
 from pev.llm._planner import parse_plan, plan_prompt
 from pev.llm._verifier import verdict_schema
 from pev.model import (
@@ -32,6 +32,7 @@ from pev.model import (
     VerificationContract,
     digest,
 )
+from pev.testing import ScriptedChat
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IN_SINK = "the cup is in the sink"
@@ -165,7 +166,7 @@ def test_a_local_replan_names_the_redo_set_and_the_kept_results() -> None:
 
 def test_the_plan_schema_is_sent_with_the_request() -> None:
     """The planner's chat request carries its JSON schema, the system prompt and instructions."""
-    planner = LLMPlanner(model=object(), instructions="Prefer one grasp.")  # type: ignore[arg-type]
+    planner = LLMPlanner(model=ScriptedChat(), instructions="Prefer one grasp.")
     chat = planner.chat_request(replan_request(RevisionKind.INITIAL))
     assert chat.schema is not None
     assert chat.schema_name == "pev_plan"
@@ -245,7 +246,7 @@ def observation(evidence_id: str, **fields: object) -> Evidence:
 def test_the_verifier_prompt_holds_results_records_and_refs() -> None:
     """Criteria verbatim, node results, records, citable references, lessons as advice."""
     request = verify_request(lessons=("a cup that slipped once slips again",))
-    chat = LLMVerifier(model=object()).chat_request(request)  # type: ignore[arg-type]
+    chat = LLMVerifier(model=ScriptedChat()).chat_request(request)
     text = chat.messages[1].text
     assert json.dumps(IN_SINK) in text
     assert '"error": "gripper jammed"' in text  # the device failure, as a result
@@ -269,7 +270,7 @@ def test_a_reconciled_record_says_what_was_established() -> None:
         ),
         reconciled={RecordId("1:move"): Success({"moved": True})},
     )
-    text = LLMVerifier(model=object()).chat_request(request).messages[1].text  # type: ignore[arg-type]
+    text = LLMVerifier(model=ScriptedChat()).chat_request(request).messages[1].text
     assert "unknown, error: timed out; reconciled afterwards as succeeded" in text
 
 
@@ -280,7 +281,7 @@ def test_image_evidence_is_attached_as_an_image() -> None:
         observation("e2", payload={"cup": "in sink"}),
         observation("e3", kind="log", artifact=b"raw", media_type="text/plain"),
     )
-    chat = LLMVerifier(model=object()).chat_request(verify_request(evidence=evidence))  # type: ignore[arg-type]
+    chat = LLMVerifier(model=ScriptedChat()).chat_request(verify_request(evidence=evidence))
     user = chat.messages[1]
     assert user.images == (f"data:image/png;base64,{base64.b64encode(PNG).decode()}",)
     assert "evidence:e1 (image from camera" in user.text
@@ -304,24 +305,12 @@ def test_the_verdict_schema_is_strict_and_names_what_may_be_cited() -> None:
         "record:1:look",
         "record:1:move",
     ]
-    chat = LLMVerifier(model=object()).chat_request(request)  # type: ignore[arg-type]
+    chat = LLMVerifier(model=ScriptedChat()).chat_request(request)
     assert chat.strict
     assert chat.schema_name == "pev_verdict"
-
-
-class EchoModel:
-    """A chat model that answers with fixed text and records what it was asked."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.requests: list[ChatRequest] = []
-
-    async def complete(self, request: ChatRequest) -> ChatReply:
-        self.requests.append(request)
-        return ChatReply(text=self.text, model="echo", input_tokens=3, output_tokens=2)
 
 
 async def test_the_verifier_returns_the_reply_unchanged() -> None:
     """The verifier never repairs what the model said: the engine classifies the raw text."""
     odd = '  {"status": "success"}  trailing words'
-    assert await LLMVerifier(EchoModel(odd)).verify(verify_request()) == odd
+    assert await LLMVerifier(ScriptedChat(odd)).verify(verify_request()) == odd

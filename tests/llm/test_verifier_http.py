@@ -1,4 +1,4 @@
-"""LLMVerifier over real HTTP: each scripted reply ends in the state SPEC §2.5 names."""
+"""LLMVerifier over real HTTP: each scripted reply ends in the state docs/design.md §2.5 names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""classify_verdict (SPEC §2.5): the engine, not the verifier, decides reliability."""
+"""classify_verdict (docs/design.md §2.5): the engine, not the verifier, decides reliability."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _results(*pairs: tuple[str, str]) -> tuple[CriterionResult, ...]:
     return tuple(CriterionResult(criterion, CriterionStatus(status)) for criterion, status in pairs)
 
 
-# Every malformed return of SPEC §2.5, with the exact problems the engine records.
+# Every malformed return of docs/design.md §2.5, with the exact problems the engine records.
 MALFORMED = [
     pytest.param(None, ("the verifier returned nothing",), id="nothing"),
     pytest.param(

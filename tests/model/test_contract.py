@@ -1,4 +1,4 @@
-"""The verification contract (SPEC §2.4): every bad contract names its field."""
+"""The verification contract (docs/design.md §2.4): every bad contract names its field."""
 
 from __future__ import annotations
 

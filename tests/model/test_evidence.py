@@ -1,40 +1,24 @@
-"""Evidence and evidence references (SPEC §2.3)."""
+"""Evidence and evidence references (docs/design.md §2.3)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.support.builders import evidence
 
-from pev.model import (
-    Evidence,
-    EvidenceId,
-    EvidencePhase,
-    JsonObject,
-    RefKind,
-    evidence_ref,
-    parse_ref,
-    record_ref,
-)
+from pev.model import EvidencePhase, JsonObject, RefKind, evidence_ref, parse_ref, record_ref
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 PNG = b"\x89PNG\r\n\x1a\n fake image"
 
 
-def _evidence(**changes: object) -> Evidence:
-    fields: dict[str, object] = {
-        "id": EvidenceId("e1"),
-        "phase": EvidencePhase.AFTER,
-        "kind": "image",
-        "source": "wrist-camera",
-        "captured_at": T0,
-        "revision": 1,
-    }
-    fields.update(changes)
-    return Evidence(**fields)  # type: ignore[arg-type]
+# Observation e1: an image from the wrist camera; a test changes any field by keyword.
+_evidence = functools.partial(evidence, kind="image", source="wrist-camera", at=T0)
 
 
 def test_sha256_is_computed_from_the_artifact() -> None:

@@ -1,4 +1,4 @@
-"""Plan validation (SPEC §2.1): every bad plan is a PlanError listing every problem."""
+"""Plan validation (docs/design.md §2.1): every bad plan is a PlanError listing every problem."""
 
 from __future__ import annotations
 

@@ -1,24 +1,23 @@
-"""Execution records and node results (SPEC §2.2): a one-way status ladder."""
+"""Execution records and node results (docs/design.md §2.2): a one-way status ladder."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import FrozenInstanceError, fields, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from tests.support.builders import record
 
 from pev.errors import StateError
 from pev.model import (
     TERMINAL_RECORD_STATUSES,
     DeviceFailure,
-    Effect,
     ExecutionRecord,
     NodeResult,
-    RecordId,
     RecordStatus,
     Success,
-    TaskId,
     VerifierFailure,
     record_status_for,
 )
@@ -34,20 +33,17 @@ TERMINAL = [
 ]
 
 
-def _record(status: RecordStatus = RecordStatus.PENDING) -> ExecutionRecord:
-    return ExecutionRecord(
-        id=RecordId("r1"),
-        task_id=TaskId("t1"),
-        revision=1,
-        node_id="grip",
-        tool="gripper",
-        args_digest="0" * 64,
-        effect=Effect.ACTION,
-        idempotency_key="t1/r1",
-        status=status,
-        created_at=T0,
-        updated_at=T0,
-    )
+# Record r1 of node grip, in the status a test asks for (pending by default).
+_record = functools.partial(
+    record,
+    "r1",
+    "grip",
+    task_id="t1",
+    tool="gripper",
+    args_digest="0" * 64,
+    idempotency_key="t1/r1",
+    at=T0,
+)
 
 
 def _allowed(current: RecordStatus, target: RecordStatus) -> bool:
@@ -190,7 +186,7 @@ def test_record_ref() -> None:
     ],
 )
 def test_record_status_for(result: NodeResult, expected: RecordStatus) -> None:
-    """Each node result maps to the terminal status SPEC §2.2 gives it."""
+    """Each node result maps to the terminal status docs/design.md §2.2 gives it."""
     assert record_status_for(result) is expected
 
 

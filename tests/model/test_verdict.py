@@ -1,4 +1,4 @@
-"""Verdicts (SPEC §2.5): the convenience constructors and passes()."""
+"""Verdicts (docs/design.md §2.5): the convenience constructors and passes()."""
 
 from __future__ import annotations
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from tests.support import builders
 
 from pev.kernel import Finish, GlobalReplan, TaskStatus, TerminalReason, diagnose
 from pev.ledger import (
     CaptureFailed,
     Diagnosed,
     Event,
-    EvidenceCaptured,
     Ledger,
     LedgerEntry,
     NodeDispatched,
@@ -26,7 +26,6 @@ from pev.ledger import (
     NodeSkipped,
     RecordReconciled,
     RevisionKind,
-    RevisionStarted,
     RoundExecuted,
     TaskState,
     VerdictRecorded,
@@ -38,15 +37,11 @@ from pev.ledger import (
 )
 from pev.model import (
     DeviceFailure,
-    Effect,
-    Evidence,
-    EvidenceId,
     EvidencePhase,
     ExecutionRecord,
     NodeResult,
     Plan,
     PlanNode,
-    RecordId,
     RecordStatus,
     Reliability,
     Success,
@@ -54,7 +49,6 @@ from pev.model import (
     VerificationContract,
     VerificationMode,
     digest,
-    record_status_for,
 )
 from pev.rails import RailBus, RailEvent
 from pev.stores import MemoryStore
@@ -111,33 +105,29 @@ class Tasks:
     def record(self, state: TaskState, node: PlanNode) -> ExecutionRecord:
         self._records += 1
         now = self.clock()
-        return ExecutionRecord(
-            id=RecordId(f"{state.task_id}-r{self._records}"),
+        return builders.record(
+            f"{state.task_id}-r{self._records}",
+            node.id,
             task_id=state.task_id,
             revision=state.revision.number if state.revision else 0,
-            node_id=node.id,
             tool=node.tool,
             args_digest=digest(dict(node.args)),
-            effect=Effect.ACTION,
             idempotency_key=f"{state.task_id}:{self._records}",
-            created_at=now,
-            updated_at=now,
+            at=now,
         )
 
     async def run_node(self, task_id: str, node: PlanNode, result: NodeResult) -> TaskState:
         state = await self.ledger.state(task_id)
         record = self.record(state, node)
         await self.append(task_id, [NodeDispatched(record=record)])
-        finished = NodeFinished(
-            record_id=record.id, status=record_status_for(result), result=result, at=self.clock()
-        )
-        return await self.append(task_id, [finished])
+        return await self.append(task_id, [builders.finished(record.id, result, at=self.clock())])
 
     async def revision(self, task_id: str, plan: Plan, *, number: int = 1) -> TaskState:
         kind = RevisionKind.INITIAL if number == 1 else RevisionKind.GLOBAL
         reason = "initial plan" if number == 1 else "try again"
-        started = RevisionStarted(number=number, revision_kind=kind, reason=reason, plan=plan)
-        return await self.append(task_id, [started])
+        return await self.append(
+            task_id, [builders.revision(number, kind, plan=plan, reason=reason)]
+        )
 
     async def simple(
         self, task_id: str, results: Mapping[PlanNode, NodeResult], *, blame: Sequence[str] = ()
@@ -187,20 +177,14 @@ class Tasks:
                 NodeSkipped(revision=1, node_id="look", blocked_by=("pour",)),
             ],
         )
-        evidence = Evidence(
-            id=EvidenceId(f"{task_id}-e1"),
-            phase=EvidencePhase.AFTER,
-            kind="state",
-            source="soil probe",
-            captured_at=self.clock(),
-            revision=1,
-            payload={"moisture": 0.4},
+        observed = builders.captured(
+            f"{task_id}-e1", source="soil probe", at=self.clock(), payload={"moisture": 0.4}
         )
         await self.append(
             task_id,
             [
                 RecordReconciled(record_id=record.id, result=Success({"poured": True})),
-                EvidenceCaptured(evidence=evidence),
+                observed,
                 CaptureFailed(revision=1, phase=EvidencePhase.AFTER, error="camera offline"),
             ],
         )

@@ -5,15 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.support.watering import LOOK, POUR
 
-from pev.model import PlanNode, Success
+from pev.model import Success
 from pev.rails import CriteriaReport, CriteriaVerificationRail, RailBus
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
     from conftest import Tasks
 
-POUR = PlanNode("pour", "pour water", tool="can")
-LOOK = PlanNode("look", "look at the soil", tool="camera", after=("pour",))
 OUTPUTS = {"look": {"soil": "Damp and DARK", "litres": 2}}
 
 

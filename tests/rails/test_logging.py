@@ -6,15 +6,13 @@ import logging
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.support.watering import LOOK, POUR
 
-from pev.model import DeviceFailure, PlanNode, Success, VerifierFailure
+from pev.model import DeviceFailure, Success, VerifierFailure
 from pev.rails import LoggingRail, RailBus
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
     from conftest import Tasks
-
-POUR = PlanNode("pour", "pour water", tool="can")
-LOOK = PlanNode("look", "look at the soil", tool="camera", after=("pour",))
 
 
 async def _log_task(tasks: Tasks, rail: LoggingRail) -> None:

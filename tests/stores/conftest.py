@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 import pytest
+from tests.support import builders
 
 from pev import codec
 from pev.kernel import Finish, LocalReplan, TaskStatus, TerminalReason, diagnose
@@ -27,8 +28,6 @@ from pev.ledger import (
     Event,
     Ledger,
     NodeDispatched,
-    NodeFinished,
-    RevisionKind,
     RevisionStarted,
     RoundExecuted,
     Store,
@@ -41,17 +40,13 @@ from pev.ledger import (
 from pev.model import (
     Effect,
     EvidencePhase,
-    ExecutionRecord,
     Plan,
     PlanNode,
-    RecordId,
-    RecordStatus,
     Reliability,
     Success,
     Verdict,
     VerificationContract,
     VerificationMode,
-    digest,
 )
 from pev.stores import MemoryStore, SQLiteStore
 from pev.testing import FakeClock
@@ -268,25 +263,14 @@ class TaskFactory:
     async def verifying(self, task_id: str) -> TaskState:
         """A task whose one node ran and succeeded (5 events)."""
         now = _written_at(await self.executing(task_id))
-        record_id = RecordId(f"{task_id}-r1")
-        record = ExecutionRecord(
-            id=record_id,
-            task_id=task_id,
-            revision=1,
-            node_id="a",
-            tool="fetch",
-            args_digest=digest({}),
-            effect=Effect.QUERY,
-            idempotency_key=f"{task_id}:r1",
-            created_at=now,
-            updated_at=now,
+        rid = f"{task_id}-r1"
+        record = builders.record(
+            rid, "a", task_id=task_id, tool="fetch", effect=Effect.QUERY, at=now
         )
         await self.ledger.append(task_id, [NodeDispatched(record=record)])
-        finished = NodeFinished(
-            record_id=record_id, status=RecordStatus.SUCCEEDED, result=Success(42), at=now
-        )
+        done = builders.finished(rid, Success(42), at=now)
         return await self.ledger.append(
-            task_id, [finished, RoundExecuted(revision=1, executed_ok=True)]
+            task_id, [done, RoundExecuted(revision=1, executed_ok=True)]
         )
 
     async def awaiting_replan(self, task_id: str) -> TaskState:
@@ -317,9 +301,7 @@ class TaskFactory:
     @staticmethod
     def revision(number: int = 1) -> RevisionStarted:
         """The initial revision's start."""
-        return RevisionStarted(
-            number=number, revision_kind=RevisionKind.INITIAL, reason="initial plan", plan=PLAN
-        )
+        return builders.revision(number, plan=PLAN, reason="initial plan")
 
     @staticmethod
     def capture_failed(error: str = "camera offline") -> CaptureFailed:

@@ -1,13 +1,16 @@
-"""The store contract (SPEC §5.2, §5.5), run against every backend in ``BACKENDS``."""
+"""The store contract (docs/design.md §5.2, §5.5), run against every backend in ``BACKENDS``."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import timedelta, timezone
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.support import builders
+from tests.support.builders import T0, created
 
 from pev.errors import ConflictError, StateError, StoreError, UnknownTaskError
 from pev.kernel import TaskStatus, TerminalReason
@@ -18,41 +21,28 @@ from pev.ledger import (
     Ledger,
     LedgerEntry,
     RevisionKind,
-    RevisionStarted,
     RoundExecuted,
     Store,
-    TaskCreated,
     TaskPhase,
     TaskState,
     TaskSummary,
     apply,
-    new_task,
     replay,
     seal,
     summarize,
 )
-from pev.model import (
-    EvidencePhase,
-    Plan,
-    PlanNode,
-    TaskId,
-    VerificationContract,
-    VerificationMode,
-)
-from pev.policy import RecoveryPolicy
+from pev.model import EvidencePhase, Plan, PlanNode, TaskId
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
     from conftest import TaskFactory
     from pev.testing import FakeClock
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PLAN = Plan("fetch the answer", (PlanNode("a", "fetch it", tool="fetch"),))
 CAPTURE_FAILED = CaptureFailed(revision=1, phase=EvidencePhase.AFTER, error="camera offline")
 
 
-def revision(number: int, kind: RevisionKind = RevisionKind.INITIAL) -> RevisionStarted:
-    """A ``revision_started`` event for ``PLAN``."""
-    return RevisionStarted(number=number, revision_kind=kind, reason="a plan", plan=PLAN)
+# A revision_started event for PLAN.
+revision = functools.partial(builders.revision, plan=PLAN, reason="a plan")
 
 
 async def sealed(
@@ -90,17 +80,6 @@ async def sealed(
     return entries, summary
 
 
-def created(task_id: str) -> TaskCreated:
-    """A ``task_created`` event, built without a ledger."""
-    return new_task(
-        TaskId(task_id),
-        input={"question": task_id},
-        contract=VerificationContract(VerificationMode.OFF),
-        policy=RecoveryPolicy(),
-        now=T0,
-    )
-
-
 async def assert_unchanged(store: Store, task_id: str, before: Sequence[LedgerEntry]) -> None:
     """The task's ledger and index row are exactly as they were."""
     assert await store.read(task_id) == tuple(before)
@@ -114,7 +93,7 @@ async def assert_unchanged(store: Store, task_id: str, before: Sequence[LedgerEn
 
 async def test_first_append_reads_back_equal(store: Store) -> None:
     """A new task's first batch reads back equal to the entries written."""
-    entries, summary = await sealed(store, "t1", [created("t1")])
+    entries, summary = await sealed(store, "t1", [created(task_id="t1")])
     await store.append(entries, summary)
     assert await store.read("t1") == entries
 
@@ -242,7 +221,9 @@ async def test_creating_an_existing_task_conflicts(store: Store, tasks: TaskFact
     """A second first event for a task id raises ConflictError and leaves the task alone."""
     await tasks.executing("t1")
     before = await store.read("t1")
-    entries = seal(TaskId("t1"), [created("t1")], after_seq=0, prev_hash=GENESIS_HASH, at=T0)
+    entries = seal(
+        TaskId("t1"), [created(task_id="t1")], after_seq=0, prev_hash=GENESIS_HASH, at=T0
+    )
     state = apply(None, entries[0].event, at=T0)
     with pytest.raises(ConflictError):
         await store.append(entries, summarize(state, head_hash=entries[0].hash))
@@ -273,7 +254,7 @@ async def test_first_entry_not_linking_to_head_raises(store: Store, tasks: TaskF
 
 async def test_first_event_of_new_task_must_link_to_genesis(store: Store) -> None:
     """A new task's first entry must link to the genesis hash."""
-    entries, summary = await sealed(store, "t1", [created("t1")], prev_hash="ab" * 32)
+    entries, summary = await sealed(store, "t1", [created(task_id="t1")], prev_hash="ab" * 32)
     with pytest.raises(StoreError):
         await store.append(entries, summary)
     assert await store.summary("t1") is None

@@ -1,4 +1,4 @@
-"""Two real processes appending to one SQLite task at once (SPEC §5.2, §5.5).
+"""Two real processes appending to one SQLite task at once (docs/design.md §5.2, §5.5).
 
 Each worker is a fresh Python process with its own store and ledger. First they run in lockstep:
 both read the same head, meet at a barrier, then both append, so exactly one of them gets a

@@ -1,4 +1,6 @@
-"""Tamper detection (SPEC §5.2): ``Ledger.verify`` catches any edited, dropped or moved event.
+"""Tamper detection: ``Ledger.verify`` catches any edited, dropped or moved event.
+
+See docs/design.md §5.2.
 
 Runs against every backend; each backend's ``tamper`` fixture changes its stored ledger behind
 its back. The test ledger is a task awaiting a replan: nine events, each of another kind.

@@ -2,43 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections import Counter
-from datetime import UTC, datetime
 
 import pytest
+from tests.support.builders import record
 
 from pev.engine import Executor, current_node_context
-from pev.model import (
-    DeviceFailure,
-    Effect,
-    ExecutionRecord,
-    NodeResult,
-    PlanNode,
-    RecordId,
-    Success,
-    TaskId,
-    VerifierFailure,
-)
+from pev.model import DeviceFailure, ExecutionRecord, NodeResult, PlanNode, Success, VerifierFailure
 from pev.testing import FunctionExecutor, node_context
 
 MOVE = PlanNode("move", tool="arm", args={"cube": "red", "to": [1, 2]})
 
 
-def _record() -> ExecutionRecord:
-    moment = datetime(2026, 1, 1, tzinfo=UTC)
-    return ExecutionRecord(
-        id=RecordId("r1"),
-        task_id=TaskId("task-1"),
-        revision=1,
-        node_id="move",
-        tool="arm",
-        args_digest="0" * 64,
-        effect=Effect.ACTION,
-        idempotency_key="task-1/r1",
-        created_at=moment,
-        updated_at=moment,
-    )
+# The record of node move, as the engine would pass it to reconcile.
+_record = functools.partial(record, "r1", "move", args_digest="0" * 64, idempotency_key="task-1/r1")
 
 
 async def test_function_by_tool_name_gets_the_args_as_keywords() -> None:

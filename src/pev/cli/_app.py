@@ -1,6 +1,6 @@
 """The `pev` command line: list tasks, show one task's timeline, verify ledgers, run the demo.
 
-Exit codes (SPEC §9): 0 succeeded or ok, 1 failed (or a ledger that fails verification),
+Exit codes (docs/design.md §9): 0 succeeded or ok, 1 failed (or a ledger that fails verification),
 2 usage error, 3 partial, 4 cancelled.
 """
 
@@ -324,11 +324,7 @@ def run_command(db: Path, task_file: Path, task_id: str | None, quiet: bool) -> 
         try:
             result = await engine.run(
                 spec.input,
-                planner=spec.planner,
-                tools=spec.tools,
-                executor=spec.executor,
-                verifier=spec.verifier,
-                observer=spec.observer,
+                agent=spec.agent,
                 contract=spec.contract,
                 policy=spec.policy,
                 store=ledger.store,

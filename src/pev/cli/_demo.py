@@ -1,4 +1,4 @@
-"""`pev demo`: the simulator demo of SPEC §10, one task per fault, each written to the ledger.
+"""`pev demo`: the simulator demo (docs/demo.md), one task per fault, each written to the ledger.
 
 The simulator is the ``sim`` extra: this module imports :mod:`pev.sim` only when the demo runs,
 so every other command works without pybullet.

@@ -1,9 +1,11 @@
 """Task files for `pev run`: one task in TOML (input, contract, policy, components), checked.
 
 Every problem is a :class:`TaskFileError` naming the field at fault and the fix, which the
-command line prints as one line. Components are import paths ``module:attribute``; the task
-file's own folder comes first on ``sys.path`` while they are imported, so ``agent:planner``
-finds the ``agent.py`` next to the file. A class is instantiated with no arguments.
+command line prints as one line. Components are import paths ``module:attribute``, in the one
+format the ledger records and resolved the same way (:mod:`pev._imports`): a class is
+instantiated with no arguments. The task file's own folder comes first on ``sys.path`` while
+they are imported, so ``agent:planner`` finds the ``agent.py`` next to the file. Either the
+agent is named whole (``agent = "myapp.agents:booking"``, a :class:`pev.Agent`), or its parts.
 """
 
 from __future__ import annotations
@@ -12,19 +14,19 @@ import dataclasses
 import datetime as dt
 import difflib
 import importlib
-import inspect
 import re
 import sys
 import tomllib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from pev.engine import ToolRegistry
-from pev.errors import ContractError, UsageError
+from pev._imports import ImportPathError, check_import_path, resolve
+from pev.engine import Agent, ToolRegistry
+from pev.errors import ComponentError, ContractError, UsageError
 from pev.model import JsonValue, VerificationContract, VerificationMode, freeze_json
 from pev.policy import RecoveryPolicy
 
@@ -34,17 +36,7 @@ __all__ = ["TaskFile", "TaskFileError", "load_task_file"]
 _TOP_LEVEL = ("input", "contract", "policy", "components")
 _CONTRACT = ("mode", "goal", "success_criteria", "constraints", "required_evidence")
 _POLICY = tuple(f.name for f in dataclasses.fields(RecoveryPolicy))
-_COMPONENTS = ("planner", "tools", "executor", "verifier", "observer")
-
-# The method each component role is called through; a plain function (any callable) also does.
-_METHOD_OF_ROLE = {
-    "planner": "plan",
-    "executor": "execute",
-    "verifier": "verify",
-    "observer": "observe",
-}
-
-_IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+_COMPONENTS = ("agent", "planner", "tools", "executor", "verifier", "observer")
 _TOML_WHERE = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)$")
 _POLICY_PROBLEM = re.compile(r"RecoveryPolicy\.(\w+) (.*)", re.DOTALL)
 
@@ -85,18 +77,15 @@ class TaskFileError(UsageError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskFile:
-    """A checked task file, its components imported and ready for :func:`pev.run`.
+    """A checked task file, its agent imported and ready for :func:`pev.run`.
 
     Attributes:
         path: The file.
         input: What the task is asked to do (frozen JSON).
-        contract: The verification contract; ``None`` for pev's default.
-        policy: The recovery policy (the defaults for fields not given).
-        planner: The planner.
-        tools: The tools, when given (else ``executor`` is).
-        executor: The executor, when given (else ``tools`` are).
-        verifier: The verifier, if any.
-        observer: The observer, if any.
+        contract: The verification contract: the file's, else the agent's; ``None`` for pev's
+            default (``off`` without a verifier, ``recovery`` with one).
+        policy: The recovery policy: the file's, else the agent's, else the defaults.
+        agent: The agent: the one the file names, or one built from the parts it names.
         components: Role → the import path the file gives (``tools`` joined by commas).
     """
 
@@ -104,12 +93,23 @@ class TaskFile:
     input: JsonValue
     contract: VerificationContract | None
     policy: RecoveryPolicy
-    planner: object
-    tools: tuple[object, ...] | None
-    executor: object | None
-    verifier: object | None
-    observer: object | None
+    agent: Agent
     components: Mapping[str, str]
+
+    @property
+    def tools(self) -> ToolRegistry | None:
+        """The agent's tools, when it has tools (else it has an executor)."""
+        return self.agent.tools or None
+
+    @property
+    def executor(self) -> object | None:
+        """The agent's executor, when it has one."""
+        return self.agent.executor
+
+    @property
+    def observer(self) -> object | None:
+        """The agent's observer, if any."""
+        return self.agent.observer
 
 
 def load_task_file(path: Path) -> TaskFile:
@@ -146,18 +146,13 @@ def _load(path: Path) -> TaskFile:
     policy = _policy(document.get("policy"))
     paths = _component_paths(document.get("components"), contract)
     with _importable_from(path.resolve().parent):
-        loaded = {role: _component(role, text) for role, text in paths.items() if role != "tools"}
-        tools = _tools(paths["tools"]) if "tools" in paths else None
+        agent = _agent(paths, contract)
     return TaskFile(
         path=path,
         input=task_input,
-        contract=contract,
-        policy=policy,
-        planner=loaded["planner"],
-        tools=tools,
-        executor=loaded.get("executor"),
-        verifier=loaded.get("verifier"),
-        observer=loaded.get("observer"),
+        contract=contract or agent.contract,
+        policy=policy or agent.policy or RecoveryPolicy(),
+        agent=agent,
         components=MappingProxyType(
             {role: ",".join(t) if isinstance(t, tuple) else t for role, t in paths.items()}
         ),
@@ -271,9 +266,9 @@ def _contract(raw: object) -> VerificationContract | None:
         raise TaskFileError(f"contract.{exc.field}", str(exc)) from None
 
 
-def _policy(raw: object) -> RecoveryPolicy:
+def _policy(raw: object) -> RecoveryPolicy | None:
     if raw is None:
-        return RecoveryPolicy()
+        return None  # the agent's, else the defaults
     table = _table(raw, "policy")
     _check_keys(table, _POLICY, "policy")
     try:
@@ -294,6 +289,14 @@ def _component_paths(raw: object, contract: VerificationContract | None) -> dict
     table = _table(raw, "components")
     _check_keys(table, _COMPONENTS, "components")
     paths: dict[str, Any] = {}
+    if "agent" in table:
+        others = [role for role in table if role != "agent"]
+        if others:
+            raise TaskFileError(
+                "components",
+                f"give agent or its parts, not both; drop {others[0]} (the agent has its own)",
+            )
+        return {"agent": _import_path(table["agent"], "components.agent")}
     for role in ("planner", "executor", "verifier", "observer"):
         if role in table:
             paths[role] = _import_path(table[role], f"components.{role}")
@@ -335,12 +338,10 @@ def _component_paths(raw: object, contract: VerificationContract | None) -> dict
 def _import_path(value: object, field: str) -> str:
     if not isinstance(value, str):
         raise TaskFileError(field, f'must be an import path "module:attribute", got {_kind(value)}')
-    if not _IMPORT_PATH.fullmatch(value):
-        raise TaskFileError(
-            field,
-            f'{value!r} is not an import path; write "module:attribute", such as "agent:planner"',
-        )
-    return value
+    try:
+        return check_import_path(value)
+    except ImportPathError as exc:
+        raise TaskFileError(field, exc.problem) from None
 
 
 @contextmanager
@@ -356,73 +357,60 @@ def _importable_from(folder: Path) -> Iterator[None]:
             sys.path.remove(entry)
 
 
-def _component(role: str, path: str) -> object:
-    field = f"components.{role}"
-    component = _resolve(path, field)
-    method = _METHOD_OF_ROLE[role]
-    if getattr(component, method, None) is None and not callable(component):
-        raise TaskFileError(
-            field,
-            f"{path} is {_kind(component)} with no {method}() method and is not callable; "
-            f"point at a function, or a class or object with a {method}() method",
-        )
-    return component
-
-
-def _tools(paths: tuple[str, ...]) -> tuple[object, ...]:
-    tools: list[Callable[..., object]] = []
-    for path in paths:
-        tool = _resolve(path, "components.tools")
-        if not callable(tool):
+def _agent(paths: Mapping[str, Any], contract: VerificationContract | None) -> Agent:
+    """The agent the file names, or one built from the parts it names."""
+    if "agent" in paths:
+        agent = _resolve(paths["agent"], "components.agent")
+        if not isinstance(agent, Agent):
             raise TaskFileError(
-                "components.tools",
-                f"{path} is {_kind(tool)}, not a tool; point at a function decorated with "
-                "@pev.tool",
+                "components.agent",
+                f"{paths['agent']} is {_kind(agent)}, not a pev.Agent; point at a module-level "
+                "agent = pev.Agent(...), or name its parts (planner, tools, ...) instead",
             )
-        tools.append(tool)
+        _check_agent_contract(agent, contract)
+        return agent
+    parts = {
+        role: _resolve(text, f"components.{role}")
+        for role, text in paths.items()
+        if role != "tools"
+    }
+    if "tools" in paths:
+        parts["tools"] = tuple(_resolve(text, "components.tools") for text in paths["tools"])
     try:
-        ToolRegistry.of(tools)
-    except (TypeError, ValueError) as exc:
-        raise TaskFileError("components.tools", str(exc)) from None
-    return tuple(tools)
+        return Agent(
+            parts["planner"],
+            verifier=parts.get("verifier"),
+            tools=parts.get("tools", ()),
+            executor=parts.get("executor"),
+            observer=parts.get("observer"),
+            defined_in="",
+        )
+    except ComponentError as exc:
+        where = "components" if exc.role == "executor" and "tools" in paths else exc.role
+        raise TaskFileError(f"components.{where}", str(exc)) from None
 
 
-def _resolve(path: str, field: str) -> object:
-    """Import ``module:attribute``; a class is instantiated with no arguments."""
-    module_name, _, attribute = path.partition(":")
+def _check_agent_contract(agent: Agent, contract: VerificationContract | None) -> None:
+    """A named agent must be able to honour the file's contract."""
+    if contract is None:
+        return
+    if contract.mode is not VerificationMode.OFF and agent.verifier is None:
+        raise TaskFileError(
+            "contract.mode",
+            f"mode {contract.mode} calls a verifier, but the agent has none; set "
+            'contract.mode = "off", or give the agent a verifier',
+        )
+    if contract.required_evidence and agent.observer is None:
+        raise TaskFileError(
+            "contract.required_evidence",
+            "needs an observer to capture evidence, but the agent has none; drop "
+            "required_evidence, or give the agent an observer",
+        )
+
+
+def _resolve(path: str, field: str) -> Any:
+    """Import what ``path`` names, as the ledger's paths are resolved; problems name ``field``."""
     try:
-        target: object = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
-            raise TaskFileError(
-                field,
-                f"no module named {exc.name!r} next to the task file or on the Python path; "
-                "check the name before the ':'",
-            ) from None
-        raise TaskFileError(
-            field, f"importing {module_name!r} failed ({exc}); install what it needs"
-        ) from None
-    except Exception as exc:  # noqa: BLE001 - any error in the user's module is a one-line report
-        raise TaskFileError(
-            field, f"importing {module_name!r} failed ({type(exc).__name__}: {exc}); fix the module"
-        ) from None
-    owner = module_name
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            names = [name for name in dir(target) if not name.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else "check the name after the ':'"
-            raise TaskFileError(field, f"{owner!r} has no attribute {part!r}; {hint}") from None
-        owner = f"{owner}:{part}" if owner == module_name else f"{owner}.{part}"
-    if inspect.isclass(target):
-        try:
-            target = target()
-        except Exception as exc:  # noqa: BLE001 - the user's constructor; reported in one line
-            raise TaskFileError(
-                field,
-                f"cannot build {path} with no arguments ({type(exc).__name__}: {exc}); give its "
-                "parameters defaults, or point at an instance",
-            ) from None
-    return target
+        return resolve(path)
+    except ImportPathError as exc:
+        raise TaskFileError(field, exc.problem) from None

@@ -1,10 +1,21 @@
-"""The engine (SPEC §4-§6): the Plan → Execute → Verify → Diagnose → Dispatch loop over the ledger.
+"""The engine: the Plan → Execute → Verify → Diagnose → Dispatch loop over the ledger.
+
+See docs/design.md §4-§6.
 
 Entry points: :func:`run` (async), :func:`run_sync`, :func:`resume` and :func:`cancel`. The seams
 it calls are narrow protocols (:class:`Planner`, :class:`Executor`, :class:`Verifier`,
 :class:`Observer`); functions decorated with :func:`tool` become an executor.
 """
 
+from pev.engine._agent import (
+    Agent,
+    ExecutorLike,
+    ObserverLike,
+    PlannerLike,
+    ToolsLike,
+    VerifierLike,
+    VerifierReply,
+)
 from pev.engine._api import DEFAULT_CRITERION, cancel, default_contract, resume, run, run_sync
 from pev.engine._protocols import (
     Executor,
@@ -21,24 +32,32 @@ from pev.engine._protocols import (
     report_usage,
 )
 from pev.engine._result import RunResult
-from pev.engine._tool_executor import ToolExecutor
+from pev.engine._tool_executor import Resources, ToolExecutor
 from pev.engine._tools import Reconciler, Tool, ToolRegistry, tool
 
 __all__ = [
     "DEFAULT_CRITERION",
+    "Agent",
     "Executor",
+    "ExecutorLike",
     "NodeContext",
     "Observation",
     "ObserveContext",
     "Observer",
+    "ObserverLike",
     "PlanRequest",
     "Planner",
+    "PlannerLike",
     "Reconciler",
+    "Resources",
     "RunResult",
     "Tool",
     "ToolExecutor",
     "ToolRegistry",
+    "ToolsLike",
     "Verifier",
+    "VerifierLike",
+    "VerifierReply",
     "VerifyRequest",
     "adapt",
     "cancel",

@@ -1,17 +1,27 @@
-"""Public entry points: ``run``, ``run_sync``, ``resume`` and ``cancel`` (SPEC §5.4, §6)."""
+"""Public entry points: ``run``, ``run_sync``, ``resume`` and ``cancel`` (docs/engine.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec
 
-from pev.engine._components import Components, build_components, rebuild
+from pev.engine._agent import (
+    Agent,
+    ExecutorLike,
+    ObserverLike,
+    PlannerLike,
+    ToolsLike,
+    VerifierLike,
+    check_verifier,
+)
+from pev.engine._components import Components, agent_paths, build_components, rebuild
 from pev.engine._driver import Driver
 from pev.engine._result import RunResult
-from pev.errors import StoreError, UsageError
+from pev.errors import ComponentError, StoreError, UsageError
 from pev.experience import LessonBook
 from pev.ledger import Ledger, Store, TaskState, utc_now
 from pev.model import (
@@ -29,11 +39,13 @@ __all__ = ["DEFAULT_CRITERION", "cancel", "default_contract", "resume", "run", "
 
 _log = logging.getLogger("pev.engine")
 
+P = ParamSpec("P")
+
 DEFAULT_CRITERION = "the task's goal is achieved"
 """The one criterion of the contract a run gets when it has a verifier but no contract."""
 
 
-def default_contract(input: JsonValue, verifier: object | None) -> VerificationContract:  # noqa: A002
+def default_contract(input: JsonValue, verifier: VerifierLike | None) -> VerificationContract:  # noqa: A002
     """The contract of a run given none: ``off`` without a verifier, else ``recovery``.
 
     With a verifier, the goal is the input (its text, or its JSON) and the one criterion is
@@ -45,15 +57,16 @@ def default_contract(input: JsonValue, verifier: object | None) -> VerificationC
 
 
 async def run(
-    input: JsonValue,  # noqa: A002 - SPEC's name for what the task is asked to do
+    input: JsonValue,  # noqa: A002 - the name users know for what the task is asked to do
     *,
-    planner: object,
-    verifier: object | None = None,
-    tools: object | None = None,
-    executor: object | None = None,
+    agent: Agent | None = None,
+    planner: PlannerLike | None = None,
+    verifier: VerifierLike | None = None,
+    tools: ToolsLike | None = None,
+    executor: ExecutorLike | None = None,
     contract: VerificationContract | None = None,
     policy: RecoveryPolicy | None = None,
-    observer: object | None = None,
+    observer: ObserverLike | None = None,
     store: Store | None = None,
     rails: Iterable[RailLike] = (),
     task_id: str | None = None,
@@ -63,20 +76,27 @@ async def run(
 ) -> RunResult:
     """Run a task to its end: plan, execute, verify, diagnose, dispatch, within its budget.
 
+    Give the agent (``agent=``), or its parts as keywords (``planner=``, ``tools=``...), which
+    is a shortcut for ``agent=pev.Agent(planner, tools=...)``.
+
     Args:
         input: What the task is asked to do (JSON).
-        planner: An object with an async or sync ``plan(request)``, or such a function.
+        agent: The :class:`~pev.engine.Agent` that runs it. Bound to a module-level name, it is
+            recorded by that name, so ``resume`` and other processes rebuild exactly this agent.
+        planner: Instead of ``agent``: an object with an async or sync ``plan(request)``, or
+            such a function.
         verifier: An object with ``verify(request)``, or such a function; needed by every
             verification mode but ``off``.
         tools: Functions decorated with ``@pev.tool`` (a list, mapping or registry).
         executor: Instead of ``tools``: an object with ``execute(node, context)`` and,
             optionally, ``reconcile(record)``.
-        contract: The verification contract; by default ``off`` without a verifier and
-            ``recovery`` (goal: the input) with one.
-        policy: Budgets, deadlines and limits.
+        contract: The verification contract; by default the agent's, else ``off`` without a
+            verifier and ``recovery`` (goal: the input) with one.
+        policy: Budgets, deadlines and limits; by default the agent's, else the defaults.
         observer: An object with ``observe(phase, context)``, capturing evidence.
         store: Where the ledger is kept; in memory by default.
-        rails: Observers of the loop (``pev.rails``); they never change the outcome.
+        rails: Observers of the loop (``pev.rails``), added to the agent's; they never change
+            the outcome.
         task_id: The task's id; a fresh UUID by default.
         clock: Returns the current UTC time; for tests.
         lessons: Advice handed to the planner and the verifier (never evidence).
@@ -90,34 +110,71 @@ async def run(
     Raises:
         ContractError: The contract cannot be honoured (no verifier, no observer for required
             evidence).
-        ComponentError: Missing or conflicting components.
+        ComponentError: Missing or conflicting components (an agent and parts of one, say).
         AssertionError: A verifier's or planner's programming error, in every mode.
     """
-    policy = policy or RecoveryPolicy()
-    contract = contract or default_contract(input, verifier)
-    check_contract(contract, has_observer=observer is not None)
-    components = build_components(
-        planner=planner,
-        executor=executor,
-        tools=tools,
-        verifier=verifier,
-        observer=observer,
-        contract=contract,
-        policy=policy,
+    agent = _agent_of(
+        agent,
+        {
+            "planner": planner,
+            "verifier": verifier,
+            "tools": tools,
+            "executor": executor,
+            "observer": observer,
+        },
     )
+    policy = policy or agent.policy or RecoveryPolicy()
+    contract = contract or agent.contract or default_contract(input, agent.verifier)
+    check_contract(contract, has_observer=agent.observer is not None)
+    check_verifier(contract, agent.verifier)
+    components = build_components(agent, policy=policy)
     # Chosen before the task exists: a store that cannot answer leaves no task behind.
     advice = await _advice(lessons, experience, components, goal=contract.goal or _text(input))
     ledger = Ledger(store or MemoryStore(), clock=clock or utc_now)
     await ledger.expire_overdue()
     state = await ledger.create(
-        input, contract=contract, policy=policy, components=components.paths, task_id=task_id
+        input, contract=contract, policy=policy, components=agent_paths(agent), task_id=task_id
     )
-    bus = RailBus(tuple(rails))
+    bus = RailBus((*agent.rails, *rails))
     await bus.emit(await ledger.entries(state.task_id), state)
     driver = Driver(ledger, state, components, rails=bus, clock=clock or utc_now, lessons=advice)
     result = await driver.drive()
     await _learn(experience, driver.state)
     return result
+
+
+def _agent_of(agent: Agent | None, parts: Mapping[str, Any]) -> Agent:
+    """The agent given, or one built from the parts given as keywords (never both).
+
+    Raises:
+        ComponentError: An agent and parts of one, or no planner.
+    """
+    given = [role for role, part in parts.items() if part is not None]
+    if agent is not None:
+        if given:
+            raise ComponentError(
+                f"pass agent=... or its parts ({given[0]}=...), not both; to change a part "
+                f"of an agent, build another: dataclasses.replace(agent, {given[0]}=...)",
+                role=given[0],
+            )
+        return agent
+    if parts["planner"] is None:
+        raise ComponentError(
+            "a run needs an agent or a planner: pass agent=... or planner=...", role="planner"
+        )
+    if parts["tools"] is not None and parts["executor"] is not None:
+        raise ComponentError(
+            "pass exactly one of tools=[...] (functions decorated with @pev.tool) or executor=...",
+            role="tools",
+        )
+    return Agent(
+        parts["planner"],
+        verifier=parts["verifier"],
+        tools=parts["tools"] if parts["tools"] is not None else (),
+        executor=parts["executor"],
+        observer=parts["observer"],
+        defined_in="",
+    )
 
 
 async def _advice(
@@ -146,39 +203,48 @@ async def _learn(experience: LessonBook | None, state: TaskState) -> None:
         _log.warning("task %s: recording its episode failed", state.task_id, exc_info=True)
 
 
-def run_sync(input: JsonValue, **options: Any) -> RunResult:  # noqa: A002
-    """:func:`run` for synchronous callers (same arguments).
+def _blocking(
+    coroutine_function: Callable[P, Coroutine[Any, Any, RunResult]], *, name: str, doc: str
+) -> Callable[P, RunResult]:
+    """A synchronous facade of an async entry point, typed with the same parameters."""
 
-    Raises:
-        UsageError: Called inside a running event loop; use ``await pev.run(...)`` there.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(run(input, **options))
-    raise UsageError(
-        "pev.run_sync() was called inside a running event loop, which it would block; "
-        "use `await pev.run(...)` there"
-    )
+    @functools.wraps(coroutine_function)
+    def call(*args: P.args, **kwargs: P.kwargs) -> RunResult:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coroutine_function(*args, **kwargs))
+        raise UsageError(
+            f"pev.{name}() was called inside a running event loop, which it would block; "
+            f"use `await pev.{coroutine_function.__name__}(...)` there"
+        )
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = doc
+    return call
 
 
 async def resume(
     task_id: str,
     *,
     store: Store,
-    planner: object | None = None,
-    verifier: object | None = None,
-    tools: object | None = None,
-    executor: object | None = None,
-    observer: object | None = None,
+    agent: Agent | None = None,
+    planner: PlannerLike | None = None,
+    verifier: VerifierLike | None = None,
+    tools: ToolsLike | None = None,
+    executor: ExecutorLike | None = None,
+    observer: ObserverLike | None = None,
     rails: Iterable[RailLike] = (),
     clock: Callable[[], datetime] | None = None,
     lessons: Iterable[str] = (),
     experience: LessonBook | None = None,
 ) -> RunResult:
-    """Continue a task from its ledger after a crash (SPEC §5.4).
+    """Continue a task from its ledger after a crash (see docs/engine.md, "Crash and resume").
 
-    Components not given are rebuilt from the import paths recorded when the task was created.
+    The agent is the one given, else the one rebuilt from the import paths recorded when the
+    task was created: the recorded agent, or each recorded part, where parts given as keywords
+    take the place of the recorded ones. A tool comes back as the decorated tool it was, with
+    its options; a path that finds only the bare function behind a decorated tool is refused.
     Records a crash left ``pending``, ``accepted`` or ``running`` are settled through the
     executor's ``reconcile(record)`` when it has one, else marked ``unknown``; no unfinished node
     is dispatched again, so an action is never re-sent. A crash while planning or verifying
@@ -188,7 +254,8 @@ async def resume(
 
     Raises:
         UnknownTaskError: No task has that id in ``store``.
-        ComponentError: A component was neither given nor rebuildable.
+        ComponentError: A component was neither given nor rebuildable, or an agent was given
+            with parts of one.
     """
     ledger = Ledger(store, clock=clock or utc_now)
     await ledger.expire_overdue()
@@ -197,32 +264,26 @@ async def resume(
         # Recorded again (a no-op when it was): a crash may have come between end and record.
         await _learn(experience, state)
         return RunResult.from_state(state)
-    given = rebuild(
-        state.created.components,
-        {
-            "planner": planner,
-            "verifier": verifier,
-            "observer": observer,
-            "executor": executor,
-            "tools": tools,
-        },
-    )
-    components = build_components(
-        planner=given.get("planner"),
-        executor=given.get("executor"),
-        tools=given.get("tools"),
-        verifier=given.get("verifier"),
-        observer=given.get("observer"),
-        contract=state.contract,
-        policy=state.policy,
-    )
+    parts = {
+        "planner": planner,
+        "verifier": verifier,
+        "tools": tools,
+        "executor": executor,
+        "observer": observer,
+    }
+    if agent is not None:
+        agent = _agent_of(agent, parts)
+    else:
+        agent = rebuild(state.created.components, parts)
+    check_verifier(state.contract, agent.verifier)
+    components = build_components(agent, policy=state.policy)
     goal = state.contract.goal or _text(state.created.input)
     advice = await _advice(lessons, experience, components, goal=goal)
     driver = Driver(
         ledger,
         state,
         components,
-        rails=RailBus(tuple(rails)),
+        rails=RailBus((*agent.rails, *rails)),
         clock=clock or utc_now,
         lessons=advice,
     )
@@ -239,3 +300,15 @@ async def cancel(task_id: str, *, store: Store, reason: str = "") -> TaskState:
     and ends it ``cancelled`` (or ``failed``/``cancelled`` if an action's outcome is unknown).
     """
     return await Ledger(store).cancel(task_id, reason=reason)
+
+
+run_sync = _blocking(
+    run,
+    name="run_sync",
+    doc="""\
+:func:`run` for synchronous callers (same arguments, same result).
+
+Raises:
+    UsageError: Called inside a running event loop; use ``await pev.run(...)`` there.
+""",
+)

@@ -1,29 +1,44 @@
 """A task's components: how the engine holds them, records where they came from, and rebuilds them.
 
-So that another process can resume a task, its creation event records the import path
-(``module:qualname``) of each component that has one: a module-level function or class, or an
-instance of a module-level class whose constructor takes no arguments at all (recorded as
-``module:Class()``). Lambdas, closures, methods bound to an instance, and instances of classes
-that take arguments (even optional ones, which may have configured them) have no such path:
-pass them again to :func:`pev.resume`.
+So that another process can resume a task, its creation event records import paths
+(``module:attribute``, see :mod:`pev._imports`) naming the very objects the run was given:
+
+* an :class:`~pev.engine.Agent` bound to a module-level name is recorded as one path (role
+  ``agent``), and a resume rebuilds that agent whole;
+* otherwise each part that has a path is recorded by role: a module-level function; an object
+  bound to a module-level name in its class's module; an instance of a module-level class whose
+  constructor takes no arguments at all (recorded as the class, built again with no arguments);
+  a tool by the module-level name of the decorated :class:`~pev.engine.Tool` itself, so that its
+  effect, resource, timeout and ``reconcile`` come back with it.
+
+Lambdas, closures, bound methods, configured instances without a module-level name, and tools
+whose options no path can carry have no path: pass them again to :func:`pev.resume`, or give
+them a module-level name. A tool path that resolves to the bare function behind a decorated tool
+is refused rather than run with default options.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
+from pev._imports import ImportPathError, resolve
+from pev.engine._agent import Agent
 from pev.engine._protocols import adapt
 from pev.engine._tool_executor import ToolExecutor
-from pev.engine._tools import Tool, ToolRegistry
-from pev.errors import ComponentError, ContractError
-from pev.model import ToolSpec, VerificationContract, VerificationMode
+from pev.engine._tools import Tool, tool
+from pev.errors import ComponentError
+from pev.model import ToolSpec
 from pev.policy import RecoveryPolicy
 
-__all__ = ["Components", "build_components", "import_path", "load", "rebuild"]
+__all__ = ["Components", "agent_paths", "build_components", "import_path", "load", "rebuild"]
+
+# The roles a task records, in the order they are rebuilt.
+_PARTS = ("planner", "verifier", "observer", "executor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,128 +52,219 @@ class Components:
     observe: Callable[..., Awaitable[Any]] | None
     tools: Mapping[str, ToolSpec] | None
     tool_timeouts: Mapping[str, float]
-    paths: Mapping[str, str]
+
+
+def build_components(agent: Agent, *, policy: RecoveryPolicy) -> Components:
+    """Adapt an agent's parts for the engine: async callables, the tools' specs and timeouts."""
+    specs: Mapping[str, ToolSpec] | None = None
+    timeouts: dict[str, float] = {}
+    executor: object = agent.executor
+    if agent.tools:
+        specs = agent.tools.specs
+        timeouts = {n: t.timeout_s for n, t in agent.tools.items() if t.timeout_s is not None}
+        executor = ToolExecutor(
+            agent.tools, node_timeout_s=policy.node_timeout_s, resources=agent.resources
+        )
+    reconcile = getattr(executor, "reconcile", None)
+    return Components(
+        plan=adapt(agent.planner, "plan"),
+        execute=adapt(executor, "execute"),
+        reconcile=adapt(executor, "reconcile") if callable(reconcile) else None,
+        verify=adapt(agent.verifier, "verify") if agent.verifier is not None else None,
+        observe=adapt(agent.observer, "observe") if agent.observer is not None else None,
+        tools=specs,
+        tool_timeouts=timeouts,
+    )
+
+
+# -- recording -----------------------------------------------------------------------------
+
+
+def agent_paths(agent: Agent) -> dict[str, str]:
+    """Role → import path of what another process needs to rebuild ``agent``."""
+    module = _module(agent.defined_in)
+    name = _bound_name(module, agent)
+    if module is not None and name is not None:
+        return {"agent": f"{module.__name__}:{name}"}
+    paths: dict[str, str] = {}
+    for role in ("planner", "verifier", "observer"):
+        path = import_path(getattr(agent, role))
+        if path:
+            paths[role] = path
+    if agent.tools:
+        tool_paths = [import_path(item) for item in agent.tools.values()]
+        if all(tool_paths):
+            paths["tools"] = ",".join(p for p in tool_paths if p)
+    else:
+        path = import_path(agent.executor)
+        if path:
+            paths["executor"] = path
+    return paths
 
 
 def import_path(component: object) -> str | None:
     """The path another process can rebuild ``component`` from, or ``None`` if it has none."""
-    target = component
-    suffix = ""
-    if inspect.ismethod(target) and not inspect.isclass(target.__self__):
-        return None  # bound to an instance, which the path would lose: passed again on resume
-    if not (inspect.isfunction(target) or inspect.isclass(target) or inspect.ismethod(target)):
-        target = type(component)
-        suffix = "()"
-        try:
-            parameters = inspect.signature(target).parameters
-        except (TypeError, ValueError):
-            return None
-        if parameters:
-            # Even optional parameters may have configured this instance (a FunctionExecutor
-            # given its functions), and `Class()` would rebuild a blank one: passed again.
-            return None
-    module = getattr(target, "__module__", None)
-    qualname = getattr(target, "__qualname__", None)
-    if not module or not qualname or "<" in qualname or module == "__main__":
+    if component is None or inspect.isclass(component):
         return None
-    return f"{module}:{qualname}{suffix}"
-
-
-def load(path: str, *, role: str) -> object:
-    """Rebuild a component from :func:`import_path`'s text.
-
-    Raises:
-        ComponentError: The module or attribute cannot be found, or the class cannot be built.
-    """
-    module_name, _, rest = path.partition(":")
-    build = rest.endswith("()")
-    qualname = rest.removesuffix("()")
+    if isinstance(component, Tool):
+        return _tool_path(component)
+    if inspect.ismethod(component) and not inspect.isclass(component.__self__):
+        return None  # bound to an instance, which the path would lose: passed again on resume
+    if inspect.isfunction(component) or inspect.ismethod(component):
+        return _own_path(component)
+    cls = type(component)
+    module = _module(cls.__module__)
+    name = _bound_name(module, component)
+    if module is not None and name is not None:
+        return f"{module.__name__}:{name}"
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-        return target() if build else target
-    except Exception as exc:
-        raise ComponentError(
-            f"cannot rebuild the {role} from {path!r} ({type(exc).__name__}: {exc}); "
-            f"pass {role}=... to resume",
-            role=role,
-        ) from exc
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return None
+    if parameters:
+        # Even optional parameters may have configured this instance (a FunctionExecutor given
+        # its functions), and building the class again would give a blank one: passed again.
+        return None
+    return _own_path(cls)
 
 
-def build_components(
-    *,
-    planner: object,
-    executor: object | None,
-    tools: object | None,
-    verifier: object | None,
-    observer: object | None,
-    contract: VerificationContract,
-    policy: RecoveryPolicy,
-) -> Components:
-    """Check the components a run was given and adapt them for the engine.
+def _tool_path(item: Tool[..., Any]) -> str | None:
+    """The decorated tool's own module-level name; a tool with default options, its function's."""
+    module = _module(getattr(item.fn, "__module__", None))
+    name = _bound_name(module, item, guess=getattr(item.fn, "__name__", None))
+    if module is not None and name is not None:
+        return f"{module.__name__}:{name}"
+    if item.reconcile is None and item == tool(item.fn):
+        return import_path(item.fn)  # rebuilt as tool(fn): the very same options
+    return None
 
-    Raises:
-        ComponentError: Neither or both of ``tools`` and ``executor``; a missing planner.
-        ContractError: A verification mode that needs a verifier, without one.
-    """
-    if planner is None:
-        raise ComponentError("a run needs a planner: pass planner=...", role="planner")
-    if (tools is None) == (executor is None):
-        raise ComponentError(
-            "pass exactly one of tools=[...] (functions decorated with @pev.tool) or executor=...",
-            role="executor" if tools is None else "tools",
-        )
-    if verifier is None and contract.mode is not VerificationMode.OFF:
-        raise ContractError(
-            f"mode {contract.mode} calls a verifier, but none was given; pass verifier=... "
-            "or use a contract with mode 'off'",
-            field="mode",
-        )
-    paths: dict[str, str] = {}
-    for role, component in (("planner", planner), ("verifier", verifier), ("observer", observer)):
-        path = import_path(component) if component is not None else None
-        if path:
-            paths[role] = path
-    specs: Mapping[str, ToolSpec] | None = None
-    timeouts: dict[str, float] = {}
-    if tools is not None:
-        registry = ToolRegistry.of(tools)  # type: ignore[arg-type] # checked by of()
-        specs = registry.specs
-        timeouts = {name: t.timeout_s for name, t in registry.items() if t.timeout_s is not None}
-        executor = ToolExecutor(registry, node_timeout_s=policy.node_timeout_s)
-        tool_paths = [import_path(t.fn) if isinstance(t, Tool) else None for t in registry.values()]
-        if tool_paths and all(tool_paths):
-            paths["tools"] = ",".join(p for p in tool_paths if p)
-    elif executor is not None:
-        path = import_path(executor)
-        if path:
-            paths["executor"] = path
-    reconcile = getattr(executor, "reconcile", None)
-    return Components(
-        plan=adapt(planner, "plan"),
-        execute=adapt(executor, "execute"),
-        reconcile=adapt(executor, "reconcile") if callable(reconcile) else None,
-        verify=adapt(verifier, "verify") if verifier is not None else None,
-        observe=adapt(observer, "observe") if observer is not None else None,
-        tools=specs,
-        tool_timeouts=timeouts,
-        paths=paths,
+
+def _own_path(target: Any) -> str | None:
+    """``module:qualname`` of a function or class, if that path leads back to it."""
+    module = _module(getattr(target, "__module__", None))
+    qualname = getattr(target, "__qualname__", None)
+    if module is None or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    found: object = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    # A name rebound since (a decorator that replaced the function) leads elsewhere.
+    if found is not target and getattr(found, "__func__", None) is not getattr(
+        target, "__func__", target
+    ):
+        return None
+    return f"{module.__name__}:{qualname}"
+
+
+def _module(name: str | None) -> ModuleType | None:
+    """The loaded module of that name, unless it is ``__main__`` (no other process imports it)."""
+    if not name or name == "__main__":
+        return None
+    return sys.modules.get(name)
+
+
+def _bound_name(
+    module: ModuleType | None, target: object, *, guess: str | None = None
+) -> str | None:
+    """A module-level name bound to ``target`` itself, trying ``guess`` first."""
+    if module is None:
+        return None
+    namespace = vars(module)
+    if guess is not None and namespace.get(guess) is target:
+        return guess
+    return next(
+        (n for n, value in namespace.items() if value is target and not n.startswith("_")), None
     )
 
 
-def rebuild(paths: Mapping[str, str], given: Mapping[str, object | None]) -> dict[str, object]:
-    """Components for a resumed task: those given, else rebuilt from the recorded paths."""
-    out: dict[str, object] = {}
-    for role in ("planner", "verifier", "observer", "executor"):
-        component = given.get(role)
-        if component is None and role in paths:
-            component = load(paths[role], role=role)
-        if component is not None:
-            out[role] = component
-    tools = given.get("tools")
-    if tools is None and "tools" in paths and "executor" not in out:
-        tools = [load(path, role="tools") for path in paths["tools"].split(",")]
-    if tools is not None:
-        out["tools"] = tools
-    return out
+# -- rebuilding ----------------------------------------------------------------------------
+
+
+def load(path: str, *, role: str) -> object:
+    """Rebuild a component from its recorded import path.
+
+    Raises:
+        ComponentError: The path cannot be resolved, naming the role and the path.
+    """
+    try:
+        return resolve(path)
+    except ImportPathError as exc:
+        raise ComponentError(
+            f"cannot rebuild the {role} from {path!r} ({exc.problem}); pass {role}=... to resume",
+            role=role,
+        ) from None
+
+
+def rebuild(paths: Mapping[str, str], given: Mapping[str, object | None]) -> Agent:
+    """The agent of a resumed task: the parts given, else those rebuilt from the recorded paths.
+
+    Raises:
+        ComponentError: A part neither given nor rebuildable, a recorded agent path that names
+            something else, or a tool path that names a decorated tool's bare function.
+    """
+    parts: dict[str, Any] = {}
+    if "agent" in paths:
+        agent = load(paths["agent"], role="agent")
+        if not isinstance(agent, Agent):
+            raise ComponentError(
+                f"cannot rebuild the agent from {paths['agent']!r}: it names a "
+                f"{type(agent).__name__}, not a pev.Agent; pass agent=... to resume",
+                role="agent",
+            )
+        parts = {role: getattr(agent, role) for role in _PARTS}
+        parts["tools"] = agent.tools or None
+        parts["rails"] = agent.rails
+        parts["resources"] = agent.resources
+    for role in _PARTS:
+        if given.get(role) is not None:
+            parts[role] = given[role]
+        elif parts.get(role) is None and role in paths:
+            parts[role] = load(paths[role], role=role)
+    if given.get("tools") is not None:
+        parts["tools"], parts["executor"] = given["tools"], given.get("executor")
+    elif given.get("executor") is not None:
+        parts["tools"] = None
+    elif parts.get("tools") is None and "tools" in paths and parts.get("executor") is None:
+        parts["tools"] = [_load_tool(path) for path in paths["tools"].split(",")]
+    planner = parts.get("planner")
+    if planner is None:
+        raise ComponentError(
+            "the planner was neither given nor recorded with an import path; pass planner=... "
+            "to resume",
+            role="planner",
+        )
+    return Agent(
+        planner,
+        verifier=parts.get("verifier"),
+        tools=parts.get("tools") or (),
+        executor=parts.get("executor"),
+        observer=parts.get("observer"),
+        rails=parts.get("rails", ()),
+        resources=parts.get("resources"),
+        defined_in="",
+    )
+
+
+def _load_tool(path: str) -> object:
+    """A recorded tool; refused when it names the bare function behind a decorated tool."""
+    found = load(path, role="tools")
+    if isinstance(found, Tool) or not callable(found):
+        return found
+    module = _module(getattr(found, "__module__", None))
+    namespace = vars(module) if module is not None else {}
+    decorated = next(
+        (
+            f"{found.__module__}:{name}"
+            for name, value in namespace.items()
+            if isinstance(value, Tool) and value.fn is found
+        ),
+        None,
+    )
+    if decorated is not None:
+        raise ComponentError(
+            f"cannot rebuild the tools from {path!r}: it names the bare function behind the "
+            f"decorated tool {decorated}, so its effect, timeout and reconcile would be lost; "
+            "pass tools=... to resume",
+            role="tools",
+        )
+    return found

@@ -1,4 +1,6 @@
-"""Planning and replanning (SPEC §4): the planner's request, local merges, and plan checks.
+"""Planning and replanning: the planner's request, local merges, and plan checks.
+
+See docs/design.md §4.
 
 Pure functions of the task's state: the driver calls the planner and writes what these return.
 """
@@ -146,7 +148,7 @@ def review_plan(
     redo: frozenset[str],
     tools: Mapping[str, ToolSpec] | None,
 ) -> list[str]:
-    """Every reason to reject ``plan`` before anything runs (SPEC §2.1 and §4)."""
+    """Every reason to reject ``plan`` before anything runs (docs/design.md §2.1, §4)."""
     problems = list(plan_problems(plan, tools=tools, max_nodes=state.policy.max_nodes))
     if problems:
         return problems

@@ -1,9 +1,11 @@
-"""The engine's seams (SPEC §6): planner, executor, verifier, observer, and what they receive.
+"""The engine's seams: planner, executor, verifier, observer, and what they receive.
+
+See docs/design.md §6.
 
 Each protocol has one method taking one frozen request object, so the request can grow without
 breaking anyone. Implementations may be async or sync, objects with the method or plain
 functions: :func:`adapt` turns any of them into the async form the engine calls, running sync
-code in a bounded thread pool.
+code in the drive's bounded thread pool (:mod:`pev.engine._threads`).
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import contextvars
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from pev.engine._threads import current_pool
 from pev.ledger import RevisionKind, Usage
 from pev.model import (
     Evidence,
@@ -65,7 +67,7 @@ def _no_reconciled() -> Mapping[RecordId, NodeResult]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanRequest:
-    """Everything a planner is told (SPEC §4).
+    """Everything a planner is told (docs/design.md §4).
 
     Attributes:
         kind: ``initial``, ``local`` (replace ``redo_nodes``, same ids) or ``global``.
@@ -301,9 +303,6 @@ class Observer(Protocol):
         ...
 
 
-_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="pev-sync")
-
-
 def adapt(component: object, method: str) -> Callable[..., Awaitable[Any]]:
     """The async callable behind a component: its ``method``, or the component if callable.
 
@@ -333,9 +332,10 @@ def is_async(fn: Callable[..., Any]) -> bool:
 def as_async(target: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     """``target`` itself if it is async; else a coroutine function that runs it in a thread.
 
-    A sync ``target`` runs in pev's bounded thread pool (32 threads), copying the caller's
-    context variables. A sync call that times out keeps running in its thread: Python cannot
-    stop a thread, so a sync tool should honour its deadline itself.
+    A sync ``target`` runs in the drive's bounded thread pool (at most
+    :data:`~pev.engine._threads.MAX_THREADS` threads; outside a drive, the loop's default
+    executor), copying the caller's context variables. A sync call that times out keeps running
+    in its thread: Python cannot stop a thread, so a sync tool should honour its deadline itself.
     """
     if is_async(target):
         return target
@@ -343,7 +343,7 @@ def as_async(target: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     async def run_in_thread(*args: Any) -> Any:
         loop = asyncio.get_running_loop()
         call = functools.partial(contextvars.copy_context().run, target, *args)
-        result = await loop.run_in_executor(_THREADS, call)
+        result = await loop.run_in_executor(current_pool(), call)
         if inspect.isawaitable(result):
             return await result
         return result

@@ -1,4 +1,4 @@
-"""One execution round: a revision's nodes dispatched as their dependencies succeed (SPEC §2.2, §6).
+"""One execution round: a revision's nodes dispatched as their dependencies succeed.
 
 The round is the engine's hot path, so it does work in proportion to what changed: a finished
 node wakes only its own dependents. Each pass writes one transaction holding the nodes that
@@ -9,6 +9,9 @@ record is always committed before its tool is called.
 Each node runs in its own task (its own context, cancelled on its own), and tells the round it
 has ended as its last step, so the round wakes in the next turn of the event loop without
 registering callbacks on every running task each time it waits (as ``asyncio.wait`` would).
+
+The round sees no driver: it needs a :class:`RoundHost` (see docs/engine.md, "Execution: a DAG,
+with every dispatch recorded first", and "Inside the driver").
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from pev.engine._host import TaskHost
 from pev.engine._planning import effective_effect
 from pev.engine._protocols import _NODE_CONTEXT, NodeContext
 from pev.ledger import (
@@ -41,6 +45,7 @@ from pev.model import (
     RecordId,
     RecordStatus,
     Success,
+    ToolSpec,
     VerifierFailure,
     digest,
     freeze_json,
@@ -48,10 +53,7 @@ from pev.model import (
     record_status_for,
 )
 
-if TYPE_CHECKING:
-    from pev.engine._driver import Driver
-
-__all__ = ["Round"]
+__all__ = ["Round", "RoundHost"]
 
 # A custom executor gets this much beyond the node's own timeout before the engine stops
 # waiting for it: a well-behaved executor reports its own timeout first.
@@ -61,13 +63,39 @@ _Outcome = tuple[ExecutionRecord, RecordStatus, NodeResult | None]
 _Start = tuple[ExecutionRecord, PlanNode, dict[str, JsonValue], NodeResult | None]
 
 
-class Round:
-    """Runs one revision's round for a :class:`~pev.engine._driver.Driver`."""
+class RoundHost(TaskHost, Protocol):
+    """What a round needs of whoever drives the task, besides its state, deadline and writes."""
 
-    def __init__(self, driver: Driver, plan: Plan, number: int, redo: frozenset[str]) -> None:
-        self._d = driver
+    @property
+    def cancel_signal(self) -> asyncio.Event:
+        """Set when the task is being cancelled or ran out of time; nodes watch it."""
+        ...
+
+    @property
+    def tools(self) -> Mapping[str, ToolSpec] | None:
+        """The registered tools' specs, when the run has tools (for a node's effect)."""
+        ...
+
+    def node_timeout(self, node: PlanNode) -> float | None:
+        """The node's timeout (its tool's own, else the policy's), within the task deadline."""
+        ...
+
+    async def execute(self, node: PlanNode, context: NodeContext) -> object:
+        """Call the executor."""
+        ...
+
+
+class Round:
+    """Runs one revision's round for whatever drives the task (a :class:`RoundHost`)."""
+
+    def __init__(self, host: RoundHost, plan: Plan, number: int, redo: frozenset[str]) -> None:
+        self._host = host
         self._number = number
-        state = driver.state
+        self._cancel = host.cancel_signal
+        self._deadline = host.deadline
+        self._now = host.deadline.clock
+        state = host.state
+        self._task_id = state.task_id
         lineage = lineage_results(state)
         self._outputs: dict[str, JsonValue] = {
             node_id: result.value
@@ -101,13 +129,13 @@ class Round:
 
     async def run(self) -> bool:
         """Run the round; True if every node was dispatched or skipped (not cancelled or late)."""
-        d = self._d
-        limit = d.state.policy.max_parallel
+        host, cancel, deadline = self._host, self._cancel, self._deadline
+        limit = host.state.policy.max_parallel
         events: list[Event] = self._wake(list(self._pending))
         running = self._running
         try:
             while True:
-                stopping = d.cancelled or d.past_task_deadline()
+                stopping = cancel.is_set() or deadline.passed()
                 starting: list[_Start] = []
                 if not stopping and self._ready:
                     room = max(limit - len(running), 0)
@@ -115,7 +143,7 @@ class Round:
                     starting = [self._prepare(self._ready.pop(node_id)) for node_id in chosen]
                     events.extend(NodeDispatched(record=item[0]) for item in starting)
                 if events:
-                    await d.write(events)
+                    await host.write(events)
                     events = []
                 for record, node, deps, refused in starting:
                     task = asyncio.create_task(self._run_node(record, node, deps, refused))
@@ -123,10 +151,10 @@ class Round:
                     running[node.id] = task
                 if not running:
                     break
-                ended = await self._next_ended(d.remaining_s() if not stopping else None)
-                if not ended and d.past_task_deadline():
+                ended = await self._next_ended(deadline.remaining_s() if not stopping else None)
+                if not ended and deadline.passed():
                     # The whole-task deadline cancels in-flight work; each node records its end.
-                    d.cancel_now()
+                    cancel.set()
                     for task in running.values():
                         task.cancel()
                     await asyncio.wait(running.values())
@@ -139,7 +167,7 @@ class Round:
                 task.cancel()
             await asyncio.gather(*running.values(), return_exceptions=True)
             raise
-        return not (self._pending or self._ready or d.cancelled or d.past_task_deadline())
+        return not (self._pending or self._ready or cancel.is_set() or deadline.passed())
 
     async def _next_ended(self, timeout: float | None) -> list[str]:
         """The running nodes that ended since the last call; waits (up to ``timeout``) for one.
@@ -215,7 +243,7 @@ class Round:
             if status is RecordStatus.UNKNOWN and record.effect is Effect.ACTION:
                 self._unknown.add((record.tool, record.args_digest))
         finished: Event = NodeFinished(
-            record_id=record.id, status=status, result=result, at=self._d.now()
+            record_id=record.id, status=status, result=result, at=self._now()
         )
         events = self._wake(list(self._dependents.get(node_id, ())))
         events.insert(0, finished)
@@ -223,7 +251,6 @@ class Round:
 
     def _prepare(self, node: PlanNode) -> _Start:
         """The pending record of a node about to start, with its resolved args."""
-        d = self._d
         deps = {dep: self._outputs.get(dep) for dep in node.after}
         refused: NodeResult | None = None
         args: Mapping[str, JsonValue] = node.args
@@ -233,7 +260,7 @@ class Round:
             except LookupError as exc:
                 args, refused = dict(node.args), VerifierFailure(node.id, str(exc))
             node = replace(node, args=args)
-        effect = effective_effect(node, d.tools)
+        effect = effective_effect(node, self._host.tools)
         args_digest = digest(args)
         if (
             refused is None
@@ -247,16 +274,16 @@ class Round:
             )
         # A node is dispatched at most once per revision, so this id is unique in the task.
         record_id = RecordId(f"{self._number}:{node.id}")
-        now = d.now()
+        now = self._now()
         record = ExecutionRecord(
             id=record_id,
-            task_id=d.task_id,
+            task_id=self._task_id,
             revision=self._number,
             node_id=node.id,
             tool=node.tool,
             args_digest=args_digest,
             effect=effect,
-            idempotency_key=f"{d.task_id}/{record_id}",
+            idempotency_key=f"{self._task_id}/{record_id}",
             created_at=now,
             updated_at=now,
         )
@@ -287,17 +314,17 @@ class Round:
     ) -> _Outcome:
         if refused is not None:
             return record, record_status_for(refused), refused
-        d = self._d
+        host = self._host
         action = record.effect is Effect.ACTION
-        timeout = d.node_timeout(node)
+        timeout = host.node_timeout(node)
         context = NodeContext(
-            task_id=d.task_id,
+            task_id=self._task_id,
             node_id=node.id,
             revision=record.revision,
             record_id=record.id,
             idempotency_key=record.idempotency_key,
             deadline=asyncio.get_running_loop().time() + timeout if timeout is not None else None,
-            cancelled=d.cancel_signal,
+            cancelled=self._cancel,
             dependencies=deps,
             report=partial(self._report, record.id),
         )
@@ -305,10 +332,10 @@ class Round:
         result: NodeResult
         try:
             if timeout is None:
-                returned = await d.execute(node, context)
+                returned = await host.execute(node, context)
             else:
                 returned = await asyncio.wait_for(
-                    d.execute(node, context), timeout + _TIMEOUT_GRACE_S
+                    host.execute(node, context), timeout + _TIMEOUT_GRACE_S
                 )
             result = _as_result(node, returned)
         except TimeoutError:
@@ -328,9 +355,9 @@ class Round:
         return record, record_status_for(result), result
 
     async def _report(self, record_id: RecordId, status: RecordStatus) -> None:
-        event = NodeProgressed(record_id=record_id, status=status, at=self._d.now())
+        event = NodeProgressed(record_id=record_id, status=status, at=self._now())
         # Shielded: a node cancelled at the deadline must not cut a write in half.
-        await asyncio.shield(self._d.write([event]))
+        await asyncio.shield(self._host.write([event]))
 
 
 def _release(waiter: asyncio.Future[None]) -> None:

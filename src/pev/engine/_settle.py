@@ -1,4 +1,4 @@
-"""Settling records whose outcome the engine does not know (SPEC §2.2, §5.4).
+"""Settling records whose outcome the engine does not know (docs/engine.md, "Crash and resume").
 
 Two moments call for it. Right after a round, a call that timed out or crashed may or may not
 have taken effect: when the executor can tell (``reconcile(record)``), what it establishes is a
@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pev.engine._host import TaskHost
 from pev.ledger import Event, NodeFinished, RecordReconciled, unfinished_records
 from pev.model import (
     DeviceFailure,
@@ -28,19 +29,20 @@ from pev.model import (
     record_status_for,
 )
 
-if TYPE_CHECKING:
-    from pev.engine._driver import Driver
-
 __all__ = ["Settler"]
 
 log = logging.getLogger("pev.engine")
 
 
 class Settler:
-    """Asks a :class:`~pev.engine._driver.Driver`'s executor what unsettled records did."""
+    """Asks the executor what unsettled records did, for whatever drives the task.
 
-    def __init__(self, driver: Driver, reconcile: Callable[..., Awaitable[Any]] | None) -> None:
-        self._d = driver
+    It needs no more of that than every step does (a :class:`~pev.engine._host.TaskHost`):
+    the task's state, its deadline (and clock), and writing.
+    """
+
+    def __init__(self, host: TaskHost, reconcile: Callable[..., Awaitable[Any]] | None) -> None:
+        self._host = host
         self._reconcile = reconcile
         self._asked: set[RecordId] = set()
 
@@ -51,7 +53,7 @@ class Settler:
         """
         if self._reconcile is None:
             return
-        state = self._d.state
+        state = self._host.state
         events: list[Event] = []
         for record in state.records.values():
             if (
@@ -71,7 +73,7 @@ class Settler:
                     note="settled by the executor's reconcile after the round",
                 )
             )
-        await self._d.write(events)
+        await self._host.write(events)
 
     async def unfinished(self) -> None:
         """Settle records a crash left unfinished: reconcile them, else mark them unknown.
@@ -79,7 +81,7 @@ class Settler:
         An unfinished node is never dispatched again: an action is never re-sent on resume.
         """
         events: list[Event] = []
-        for record in unfinished_records(self._d.state):
+        for record in unfinished_records(self._host.state):
             result = await self._ask(record)
             if result is None and record.effect is Effect.ACTION:
                 result = DeviceFailure(
@@ -96,11 +98,11 @@ class Settler:
                     record_id=record.id,
                     status=record_status_for(result),
                     result=result,
-                    at=self._d.now(),
+                    at=self._host.deadline.now(),
                     settled_on_resume=True,
                 )
             )
-        await self._d.write(events)
+        await self._host.write(events)
 
     async def _ask(self, record: ExecutionRecord) -> NodeResult | None:
         """The executor's answer for one record, or ``None``; a reconcile that fails is logged.
@@ -110,7 +112,7 @@ class Settler:
         if self._reconcile is None:
             return None
         self._asked.add(record.id)
-        limit = self._d.within_deadline(self._d.state.policy.node_timeout_s)
+        limit = self._host.deadline.within(self._host.state.policy.node_timeout_s)
         try:
             async with asyncio.timeout(limit):
                 answer = await self._reconcile(record)

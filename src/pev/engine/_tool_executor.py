@@ -1,8 +1,9 @@
-"""The executor that runs tools (SPEC §6): timeouts, shared resources, and failures as values.
+"""The executor that runs tools (docs/tools.md): timeouts, shared resources, failures as values.
 
 :class:`ToolExecutor` runs one node with the tool it names. It applies the timeout (the tool's,
-else the policy's, never past the node's deadline), keeps tools that share a resource apart, and
-turns everything a tool can do wrong into a :class:`~pev.model.DeviceFailure`.
+else the policy's, never past the node's deadline), keeps tools that share a resource apart
+(through the :class:`Resources` it is given), and turns everything a tool can do wrong into a
+:class:`~pev.model.DeviceFailure`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from collections.abc import (
 from dataclasses import dataclass
 from typing import Any
 
-from pev.engine._protocols import _NODE_CONTEXT, _THREADS, NodeContext, as_async
+from pev.engine._protocols import _NODE_CONTEXT, NodeContext, as_async
+from pev.engine._threads import submit
 from pev.engine._tools import Tool, ToolLike, ToolRegistry, check_timeout
 from pev.model import (
     DeviceFailure,
@@ -35,7 +37,46 @@ from pev.model import (
 )
 from pev.model._results import as_node_result
 
-__all__ = ["ToolExecutor"]
+__all__ = ["Resources", "ToolExecutor"]
+
+
+class Resources:
+    """The locks of named resources: tools that name the same resource never run at once.
+
+    Whoever shares a device owns one: an :class:`~pev.engine.Agent` has its own, so its runs,
+    even concurrent ones, keep its resources exclusive; agents that drive the same device are
+    given the same ``Resources``. An asyncio lock belongs to one event loop, so the table holds
+    one lock per resource name and loop; a loop's locks go when the loop is collected (a loop
+    type that refuses weak references is held for the life of this object).
+    """
+
+    __slots__ = ("__weakref__", "_guard", "_locks", "_strong")
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Lock]
+        ] = weakref.WeakKeyDictionary()
+        self._strong: dict[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = {}
+        self._guard = threading.Lock()  # executors on several loops may ask at once
+
+    def lock(self, resource: str) -> asyncio.Lock:
+        """The lock of ``resource`` on the running event loop."""
+        loop = asyncio.get_running_loop()
+        with self._guard:
+            try:
+                locks = self._locks.setdefault(loop, {})
+            except TypeError:
+                locks = self._strong.setdefault(loop, {})
+            lock = locks.get(resource)
+            if lock is None:
+                lock = locks[resource] = asyncio.Lock()
+            return lock
+
+    def __repr__(self) -> str:
+        names = sorted(
+            {name for locks in (*self._locks.values(), *self._strong.values()) for name in locks}
+        )
+        return f"Resources({names!r})"
 
 
 class ToolExecutor:
@@ -46,24 +87,27 @@ class ToolExecutor:
     passed through, and any other value ``v`` is ``Success(v)``. Arrays and objects reach the
     function as plain lists and dicts (copies: the plan's args stay frozen).
 
-    A sync tool runs in pev's bounded thread pool with the caller's context variables, so
+    A sync tool runs in the run's bounded thread pool with the caller's context variables, so
     :func:`~pev.engine.current_node_context` works there too. Python cannot stop a thread: a
     sync tool that times out keeps running in it, and keeps its resource until it returns.
     """
 
-    __slots__ = ("_node_timeout_s", "_registry")
+    __slots__ = ("_node_timeout_s", "_registry", "_resources")
 
     def __init__(
         self,
         registry: ToolRegistry | ToolLike | Iterable[ToolLike] | Mapping[str, ToolLike],
         *,
         node_timeout_s: float | None = None,
+        resources: Resources | None = None,
     ) -> None:
         """Run the tools of ``registry``.
 
         Args:
             registry: The tools (anything :meth:`ToolRegistry.of` accepts).
             node_timeout_s: The timeout of a tool that declares none; ``None``: no timeout.
+            resources: The locks of the tools' resources, to share them with other executors
+                (an agent's runs share the agent's); by default this executor's own.
 
         Raises:
             ValueError: ``node_timeout_s`` is not a positive number of seconds.
@@ -71,6 +115,7 @@ class ToolExecutor:
         check_timeout(node_timeout_s, "node_timeout_s")
         self._registry = ToolRegistry.of(registry)
         self._node_timeout_s = node_timeout_s
+        self._resources = resources if resources is not None else Resources()
 
     @property
     def registry(self) -> ToolRegistry:
@@ -110,7 +155,7 @@ class ToolExecutor:
                 f"tool {found.name!r} was not started: {limit.source} had already passed",
                 is_timeout=True,
             )
-        call = _Call(found, node.args, context.cancelled)
+        call = _Call(found, node.args, context.cancelled, self._resources)
         # No scope without a limit: one that never expires does nothing but cost time.
         scope = None if limit is None else asyncio.timeout_at(limit.deadline)
         token = _NODE_CONTEXT.set(context)
@@ -127,7 +172,7 @@ class ToolExecutor:
             return _timed_out(node.id, call, limit, is_action=is_action)
         except _CancelledBeforeStart:
             return DeviceFailure(node.id, f"tool {found.name!r} was cancelled before it started")
-        except Exception as exc:  # noqa: BLE001 - every tool failure is a value (SPEC §6)
+        except Exception as exc:  # noqa: BLE001 - every tool failure is a value
             return DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
         finally:
             _NODE_CONTEXT.reset(token)
@@ -184,19 +229,24 @@ class _CancelledBeforeStart(Exception):  # noqa: N818 - a private signal, not an
 class _Call:
     """One call of a tool; it holds the tool's resource until the tool's code has stopped."""
 
-    __slots__ = ("acquired", "cancelled", "kwargs", "started", "tool")
+    __slots__ = ("acquired", "cancelled", "kwargs", "resources", "started", "tool")
 
     def __init__(
-        self, chosen: Tool[..., Any], args: Mapping[str, JsonValue], cancelled: asyncio.Event
+        self,
+        chosen: Tool[..., Any],
+        args: Mapping[str, JsonValue],
+        cancelled: asyncio.Event,
+        resources: Resources,
     ) -> None:
         self.tool = chosen
+        self.resources = resources
         self.kwargs = {name: thaw_json(value) for name, value in args.items()}
         self.cancelled = cancelled
         self.acquired = False
         self.started = False
 
     async def run(self) -> object:
-        lock = None if self.tool.resource is None else _resource_lock(self.tool.resource)
+        lock = None if self.tool.resource is None else self.resources.lock(self.tool.resource)
         if lock is None:
             return await self._invoke(None)
         await lock.acquire()
@@ -222,7 +272,7 @@ class _Call:
             self.started = True
             return await self.tool.fn(**self.kwargs)
         call = functools.partial(contextvars.copy_context().run, self.tool.fn, **self.kwargs)
-        future = _THREADS.submit(call)
+        future = submit(call)
         if handover is not None:
             handover.append(future)
         try:
@@ -250,29 +300,6 @@ def _timed_out(node_id: str, call: _Call, limit: _Limit, *, is_action: bool) -> 
     if is_action:
         note += "; the action may or may not have taken effect"
     return DeviceFailure(node_id, after + note, is_timeout=True, outcome_unknown=is_action)
-
-
-# One lock per (event loop, resource): asyncio locks belong to one loop, and every executor on
-# that loop must see the same lock for a resource to be exclusive. A loop type that refuses weak
-# references is held strongly instead (a few bytes per loop for the life of the process).
-_RESOURCE_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
-    weakref.WeakKeyDictionary()
-)
-_RESOURCE_LOCKS_STRONG: dict[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = {}
-_RESOURCE_LOCKS_GUARD = threading.Lock()
-
-
-def _resource_lock(resource: str) -> asyncio.Lock:
-    loop = asyncio.get_running_loop()
-    with _RESOURCE_LOCKS_GUARD:
-        try:
-            locks = _RESOURCE_LOCKS.setdefault(loop, {})
-        except TypeError:
-            locks = _RESOURCE_LOCKS_STRONG.setdefault(loop, {})
-        lock = locks.get(resource)
-        if lock is None:
-            lock = locks[resource] = asyncio.Lock()
-        return lock
 
 
 def _release_when_done(

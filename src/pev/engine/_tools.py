@@ -1,4 +1,4 @@
-"""Tools: plain functions that a plan may call (SPEC §6).
+"""Tools: plain functions that a plan may call (docs/design.md §6).
 
 ``@tool`` turns a sync or async function into a :class:`Tool` whose signature, read from its type
 hints, is the :class:`~pev.model.ToolSpec` that plan validation checks node args against. A

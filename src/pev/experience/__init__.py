@@ -1,4 +1,4 @@
-"""Experience and lessons (SPEC §8): what pev learns from ended tasks, and gives planners.
+"""Experience and lessons: what pev learns from ended tasks, and gives planners.
 
 * :func:`build_episode` turns an ended task's ledger state into an :class:`Episode`, and
   :func:`classify` gives it exactly one :class:`EpisodeClass` (success, mixed, failure,
@@ -9,7 +9,8 @@
   tasks' literals; :func:`tally` promotes a candidate once ``min_support`` independent tasks
   support it;
 * :class:`LessonBook` does all that over a :class:`LessonStore` (the ledger's own store) and
-  finds the active lessons that apply to a task, for ``pev.run(..., experience=book)``.
+  finds the active lessons that apply to a task, for ``pev.run(..., experience=book)``; its
+  optional drafter is a function or any :class:`pev.chat.ChatModel` (no extra needed).
 
 Lessons are advice to planners: never evidence, and never a way around the verifier. See
 ``docs/experience.md``.

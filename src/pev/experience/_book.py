@@ -10,8 +10,9 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import TypeAlias
 
+from pev.chat import ChatMessage, ChatModel, ChatRequest
 from pev.errors import UsageError
 from pev.experience._classify import EpisodeClass, classify
 from pev.experience._episode import Episode, build_episode
@@ -52,16 +53,10 @@ class DraftRequest:
 
 
 Drafter: TypeAlias = Callable[[DraftRequest], str | Awaitable[str]]
-"""A function (sync or async) that rewrites a lesson's text; see :class:`LessonBook`."""
+"""A function (sync or async) that rewrites a lesson's text; see :class:`LessonBook`.
 
-
-@runtime_checkable
-class _ChatModelLike(Protocol):
-    """The chat-model seam of :mod:`pev.llm` (``complete(ChatRequest) -> ChatReply``)."""
-
-    async def complete(self, request: Any) -> Any:
-        """Answer one chat request."""
-        ...
+A :class:`~pev.chat.ChatModel` may draft instead of a function.
+"""
 
 
 _DRAFT_SYSTEM = (
@@ -73,7 +68,7 @@ _DRAFT_SYSTEM = (
 
 
 class LessonBook:
-    """Experience over a store: episodes in, advice out (SPEC §8).
+    """Experience over a store: episodes in, advice out (see ``docs/experience.md``).
 
     After each task, :meth:`record` builds its episode, classifies it, draws lesson candidates
     from a ``failure`` or ``mixed`` episode, and promotes a candidate once ``min_support``
@@ -85,8 +80,9 @@ class LessonBook:
             :class:`~pev.stores.SQLiteStore` (the ledger's own store does).
         min_support: Independent tasks (distinct ids and inputs) a lesson needs to be active.
         drafter: Optional: rewrites a lesson's text when it becomes active. A function of a
-            :class:`DraftRequest` returning the new text (sync or async), or a chat model of
-            :mod:`pev.llm` (anything with ``complete(ChatRequest)``). The draft must pass the
+            :class:`DraftRequest` returning the new text (sync or async), or a
+            :class:`~pev.chat.ChatModel` (anything with ``complete(ChatRequest)``; no extra
+            needed, only :class:`~pev.llm.OpenAIChat` needs ``openai``). The draft must pass the
             sanitiser against the literals of every supporting task, else the template's text
             is kept; a drafter that raises keeps it too.
         limit: The most lessons :meth:`active` returns by default.
@@ -100,7 +96,7 @@ class LessonBook:
         store: object,
         *,
         min_support: int = DEFAULT_MIN_SUPPORT,
-        drafter: Drafter | _ChatModelLike | None = None,
+        drafter: Drafter | ChatModel | None = None,
         limit: int = 5,
     ) -> None:
         if not isinstance(store, LessonStore):
@@ -206,7 +202,7 @@ class LessonBook:
 
 
 async def _draft(
-    drafter: Drafter | _ChatModelLike, lesson: Lesson, supporters: Sequence[Episode]
+    drafter: Drafter | ChatModel, lesson: Lesson, supporters: Sequence[Episode]
 ) -> Lesson:
     """``lesson`` with the drafter's text, if that passes the sanitiser against every supporter."""
     request = DraftRequest(
@@ -228,8 +224,8 @@ async def _draft(
     return replace(lesson, text=clean, drafted=True)
 
 
-async def _ask(drafter: Drafter | _ChatModelLike, request: DraftRequest) -> str:
-    if isinstance(drafter, _ChatModelLike):
+async def _ask(drafter: Drafter | ChatModel, request: DraftRequest) -> str:
+    if isinstance(drafter, ChatModel):
         return await _ask_chat(drafter, request)
     answer = drafter(request)
     if inspect.isawaitable(answer):
@@ -239,10 +235,8 @@ async def _ask(drafter: Drafter | _ChatModelLike, request: DraftRequest) -> str:
     return answer
 
 
-async def _ask_chat(model: _ChatModelLike, request: DraftRequest) -> str:
-    """Ask a :mod:`pev.llm` chat model for the draft."""
-    from pev.llm import ChatMessage, ChatRequest  # noqa: PLC0415 - the llm extra, on demand
-
+async def _ask_chat(model: ChatModel, request: DraftRequest) -> str:
+    """Ask a chat model for the draft."""
     key = request.key
     prompt = (
         f"Root cause: {str(key.cause).replace('_', ' ')}. "

@@ -1,4 +1,4 @@
-"""Episode classification (SPEC §8): a total function, written as one table."""
+"""Episode classification (docs/design.md §8): a total function, written as one table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Episodes: what one ended task did, drawn from its ledger (SPEC §8).
+"""Episodes: what one ended task did, drawn from its ledger (docs/design.md §8).
 
 An episode is the part of a task's history that experience learns from: each revision's verdict,
 diagnosis and decision, the actions dispatched, and how the task ended. It also keeps the task's

@@ -1,4 +1,6 @@
-"""Lessons: general recovery principles drawn from episodes, and their promotion (SPEC §8).
+"""Lessons: general recovery principles drawn from episodes, and their promotion.
+
+See docs/design.md §8.
 
 A lesson is keyed by (root cause, tool, action kind). Its text comes from a template per
 (root cause, action kind), filled in with the tool's name and nothing else, so a template lesson

@@ -1,4 +1,6 @@
-"""The lesson sanitiser (SPEC §8): a lesson is a general principle, never a task's specifics.
+"""The lesson sanitiser: a lesson is a general principle, never a task's specifics.
+
+See docs/design.md §8.
 
 A lesson carries no numbers, coordinates, URLs, file paths, e-mail addresses, ids, credentials,
 names, code, or literal values of the tasks it came from. The check is a table of patterns plus

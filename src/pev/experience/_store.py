@@ -1,4 +1,4 @@
-"""Where episodes and lessons are kept: the ledger's own store (SPEC §8).
+"""Where episodes and lessons are kept: the ledger's own store (docs/design.md §8).
 
 :class:`LessonStore` is a protocol of its own, beside :class:`~pev.ledger.Store`, so a ledger
 store that keeps no lessons still keeps the ledger contract. :class:`~pev.stores.MemoryStore`

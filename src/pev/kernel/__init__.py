@@ -1,4 +1,4 @@
-"""The kernel (SPEC §3): pure decision functions over frozen values.
+"""The kernel (docs/design.md §3): pure decision functions over frozen values.
 
 No I/O, no clock, no randomness, no logging: time is an input. Each rule set is a table in one
 module, and each table is tested row by row.

@@ -1,4 +1,7 @@
-"""What a diagnosis calls for: a partial result, or a local or global replan (SPEC §3.2)."""
+"""What a diagnosis calls for: a partial result, or a local or global replan.
+
+See docs/design.md §3.2.
+"""
 
 from __future__ import annotations
 

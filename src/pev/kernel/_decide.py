@@ -1,4 +1,7 @@
-"""The whole dispatch: mode, verdict, diagnosis, budget and deadline → decision (SPEC §3.3)."""
+"""The whole dispatch: mode, verdict, diagnosis, budget and deadline → decision.
+
+See docs/design.md §3.3.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ from pev.model import Reliability, Verdict, VerdictStatus, VerificationMode, pas
 __all__ = ["Budget", "Decision", "Finish", "deadline_passed", "decide"]
 
 
-# Keeps SPEC's positional signature `Budget(replans_used, max_replans=2, task_deadline=None)`.
+# Keeps the documented positional signature
+# `Budget(replans_used, max_replans=2, task_deadline=None)`.
 @dataclass(frozen=True, slots=True)
 class Budget:
     """Replans spent and allowed, and the whole task's deadline (UTC) if it has one."""

@@ -1,4 +1,4 @@
-"""Root-cause diagnosis of a verdict that did not pass (SPEC §3.1)."""
+"""Root-cause diagnosis of a verdict that did not pass (docs/design.md §3.1)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class RootCause(StrEnum):
     """Everything ran, but the plan or its answer was wrong: re-planning can fix it."""
 
 
-# Keeps SPEC's positional signature `Diagnosis(cause, nodes, detail)`.
+# Keeps the documented positional signature `Diagnosis(cause, nodes, detail)`.
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
     """A root cause, the nodes it concerns, and a short detail."""

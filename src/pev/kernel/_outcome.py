@@ -33,9 +33,9 @@ class TerminalReason(StrEnum):
     CANCELLED = "cancelled"
 
 
-# Which reasons each terminal status can carry (SPEC §3.3). A partial result is only ever an
-# honest stop on a device failure or an untrustworthy verdict; `failed`/`cancelled` is a cancel
-# that left an action's outcome unknown.
+# Which reasons each terminal status can carry (docs/design.md §3.4). A partial result is only
+# ever an honest stop on a device failure or an untrustworthy verdict; `failed`/`cancelled` is a
+# cancel that left an action's outcome unknown.
 STATUS_REASONS: dict[TaskStatus, frozenset[TerminalReason]] = {
     TaskStatus.SUCCEEDED: frozenset({TerminalReason.PASSED, TerminalReason.EXECUTION_SUCCEEDED}),
     TaskStatus.PARTIAL: frozenset(
@@ -48,5 +48,5 @@ STATUS_REASONS: dict[TaskStatus, frozenset[TerminalReason]] = {
 
 
 def outcome_allowed(status: TaskStatus, reason: TerminalReason) -> bool:
-    """True when ``status`` may carry ``reason`` (the table of SPEC §3.3)."""
+    """True when ``status`` may carry ``reason`` (the table of docs/design.md §3.4)."""
     return reason in STATUS_REASONS.get(status, frozenset())

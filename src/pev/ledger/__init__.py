@@ -1,4 +1,4 @@
-"""The ledger (SPEC §5): events, the pure fold, the state machine, the hash chain, stores.
+"""The ledger (docs/design.md §5): events, the pure fold, the state machine, the hash chain, stores.
 
 A task's history is an append-only log of frozen events; its state is ``replay(events)``, a
 pure fold. The transition functions (``begin_replan``, ``reject_plan``, ``dispatch``, ``expire``,
@@ -54,6 +54,7 @@ from pev.ledger._machine import (
     reject_plan,
     request_cancel,
 )
+from pev.ledger._phases import TERMINAL_PHASES, TaskPhase
 from pev.ledger._queries import (
     executed_ok,
     known_refs,
@@ -65,9 +66,7 @@ from pev.ledger._queries import (
     unsettled_unknown_actions,
 )
 from pev.ledger._state import (
-    TERMINAL_PHASES,
     Revision,
-    TaskPhase,
     TaskState,
     apply,
     replay,

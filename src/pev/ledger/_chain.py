@@ -1,9 +1,13 @@
-"""The hash chain over a task's events, and the check that finds the first bad one (SPEC §5.2)."""
+"""The hash chain over a task's events, and the check that finds the first bad one.
+
+See docs/design.md §5.2.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -12,33 +16,24 @@ from pev.errors import PevError
 from pev.ledger._events import SCHEMA_VERSION, Event, LedgerEntry
 from pev.model import TaskId
 
-__all__ = ["GENESIS_HASH", "ChainReport", "entry_hash", "event_text", "seal", "verify_chain"]
+__all__ = [
+    "GENESIS_HASH",
+    "ChainReport",
+    "Sealed",
+    "entry_hash",
+    "entry_texts",
+    "event_text",
+    "seal",
+    "verify_chain",
+]
 
 GENESIS_HASH = "0" * 64
 """The ``prev_hash`` of a task's first event."""
 
 
-_RECENT_TEXTS = 512
-_recent: dict[int, tuple[object, str]] = {}
-
-
 def event_text(event: object) -> str:
-    """The canonical JSON text of an event, as hashed into the chain and kept by stores.
-
-    The text of an event just sealed is remembered for a short while, so the store that writes
-    it does not encode it a second time. Events are frozen, and one that encodes at all holds
-    only frozen values, so a remembered text never goes stale; the cache holds the event itself,
-    so an id is never reused while its entry lives.
-    """
-    key = id(event)
-    hit = _recent.get(key)
-    if hit is not None and hit[0] is event:
-        return hit[1]
-    text = codec.dumps(event)
-    if len(_recent) >= _RECENT_TEXTS:
-        _recent.clear()
-    _recent[key] = (event, text)
-    return text
+    """The canonical JSON text of an event, as hashed into the chain and kept by stores."""
+    return codec.dumps(event)
 
 
 def entry_hash(
@@ -49,29 +44,60 @@ def entry_hash(
     The digest covers a canonical JSON header line and the event's canonical JSON text, which is
     exactly the text the stores keep.
     """
+    dumps = codec.dumps
+    return _digest(
+        task=dumps(task_id),
+        seq=seq,
+        at=dumps(at),
+        schema=dumps(schema),
+        prev_hash=prev_hash,
+        event=dumps(event),
+    )
+
+
+def _digest(*, task: str, seq: int, at: str, schema: str, prev_hash: str, event: str) -> str:
+    """The hash of an entry, from the canonical texts of its task id, time, schema and event."""
     # The header is the canonical JSON array [task_id, seq, at, schema, prev_hash], joined here
     # rather than by codec.dumps of a tuple: the same text, in two thirds of the time.
     dumps = codec.dumps
-    header = f"[{dumps(task_id)},{dumps(seq)},{dumps(at)},{dumps(schema)},{dumps(prev_hash)}]"
-    text = f"{header}\n{event_text(event)}"
-    return hashlib.sha256(text.encode()).hexdigest()
+    header = f"[{task},{dumps(seq)},{at},{schema},{dumps(prev_hash)}]"
+    return hashlib.sha256(f"{header}\n{event}".encode()).hexdigest()
+
+
+class Sealed(tuple[LedgerEntry, ...]):
+    """The entries :func:`seal` made, with the canonical texts it hashed.
+
+    A tuple of entries like any other. A store that keeps texts (see :func:`entry_texts`) takes
+    them from here instead of encoding each event a second time; they were written from the
+    entries' own frozen values, so they always match them.
+
+    Attributes:
+        time_text: The entries' time (one batch shares one time).
+        event_texts: Each entry's event, in order.
+    """
+
+    time_text: str
+    event_texts: tuple[str, ...]
 
 
 def seal(
     task_id: TaskId, events: Sequence[Event], *, after_seq: int, prev_hash: str, at: datetime
 ) -> tuple[LedgerEntry, ...]:
-    """Wrap events as entries that continue a chain whose head is ``(after_seq, prev_hash)``."""
+    """Wrap events as entries that continue a chain whose head is ``(after_seq, prev_hash)``.
+
+    Returns:
+        The entries, as a :class:`Sealed` tuple that also holds the texts it hashed.
+    """
+    dumps = codec.dumps
+    task_text, at_text, schema_text = dumps(task_id), dumps(at), dumps(SCHEMA_VERSION)
+    texts: list[str] = []
     entries: list[LedgerEntry] = []
-    for offset, event in enumerate(events, start=1):
-        seq = after_seq + offset
-        digest = entry_hash(
-            task_id=task_id,
-            seq=seq,
-            at=at,
-            schema=SCHEMA_VERSION,
-            event=event,
-            prev_hash=prev_hash,
+    for seq, event in enumerate(events, start=after_seq + 1):
+        text = dumps(event)
+        digest = _digest(
+            task=task_text, seq=seq, at=at_text, schema=schema_text, prev_hash=prev_hash, event=text
         )
+        texts.append(text)
         entries.append(
             LedgerEntry(
                 task_id=task_id,
@@ -84,7 +110,21 @@ def seal(
             )
         )
         prev_hash = digest
-    return tuple(entries)
+    sealed = Sealed(entries)
+    sealed.time_text = at_text
+    sealed.event_texts = tuple(texts)
+    return sealed
+
+
+def entry_texts(entries: Sequence[LedgerEntry]) -> Iterable[tuple[str, str]]:
+    """Each entry's time and event as canonical JSON text, as a store keeps them.
+
+    Entries straight from :func:`seal` bring the texts it hashed; any others are encoded here.
+    """
+    if isinstance(entries, Sealed):
+        return zip(itertools.repeat(entries.time_text), entries.event_texts, strict=False)
+    dumps = codec.dumps
+    return [(dumps(entry.at), dumps(entry.event)) for entry in entries]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""The events of a task's ledger (SPEC §5.2).
+"""The events of a task's ledger (docs/design.md §5.2).
 
 Each event is a frozen value carrying everything it is about in full, so that :func:`replay`
 alone rebuilds the task. Events are wrapped in a :class:`LedgerEntry` (sequence number, time,

@@ -21,11 +21,12 @@ from pev.errors import (
     UnknownTaskError,
 )
 from pev.ledger._chain import GENESIS_HASH, ChainReport, seal, verify_chain
-from pev.ledger._events import Event, LedgerEntry
+from pev.ledger._events import Event, LedgerEntry, TaskCreated
 from pev.ledger._machine import expire, new_task, request_cancel
-from pev.ledger._state import TaskPhase, TaskState, apply
+from pev.ledger._phases import TaskPhase
+from pev.ledger._state import TaskState, apply
 from pev.ledger._store import Store
-from pev.ledger._summary import TaskSummary, summarize
+from pev.ledger._summary import TaskSummary, summarize, task_title
 from pev.model import JsonValue, TaskId, VerificationContract, VerificationMode
 from pev.policy import RecoveryPolicy
 
@@ -50,8 +51,43 @@ class _Head(NamedTuple):
     hash: str
 
 
+class _Titles:
+    """The titles of one ledger's recent tasks, by creation event: a bounded memo.
+
+    Every write makes a new index row, and its title is the one part that never changes: it is
+    :func:`~pev.ledger._summary.task_title` of the task's creation event alone, which is frozen,
+    so a title kept can never go stale. An entry holds the event itself, so the id it is kept
+    under is not reused while it lives. At most :attr:`LIMIT` titles are kept; when full, all
+    are dropped (a task written to again gets its title computed once more).
+    """
+
+    LIMIT = 256
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[TaskCreated, str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def of(self, created: TaskCreated) -> str:
+        """The title of the task ``created`` created."""
+        hit = self._kept.get(id(created))
+        if hit is not None and hit[0] is created:
+            return hit[1]
+        title = task_title(created)
+        if len(self._kept) >= self.LIMIT:
+            self._kept.clear()
+        self._kept[id(created)] = (created, title)
+        return title
+
+
 class Ledger:
     """Append-only task ledgers over a :class:`Store`.
+
+    A ledger keeps, for the tasks it writes: each task's folded state and chain head (so a
+    write folds only the new events), and the titles of recent tasks' index rows (a bounded
+    memo, see :class:`_Titles`). Both belong to this ledger alone; nothing is shared between
+    ledgers through module state.
 
     Args:
         store: Where the events are kept.
@@ -62,6 +98,7 @@ class Ledger:
         self._store = store
         self._clock = clock
         self._heads: dict[str, _Head] = {}
+        self._titles = _Titles()
 
     @property
     def store(self) -> Store:
@@ -70,7 +107,7 @@ class Ledger:
 
     async def create(
         self,
-        input: JsonValue,  # noqa: A002 - SPEC's name for what the task is asked to do
+        input: JsonValue,  # noqa: A002 - the documented name for what the task is asked to do
         *,
         contract: VerificationContract | None = None,
         policy: RecoveryPolicy | None = None,
@@ -165,8 +202,11 @@ class Ledger:
             new_state = apply(new_state, event, at=at)
         if new_state is None:
             raise StateError("nothing to write", task_id=task_id, state="none")
+        # The sealed entries carry the texts they were hashed from, so a store that keeps texts
+        # does not encode the events again.
         entries = seal(new_state.task_id, events, after_seq=after_seq, prev_hash=prev, at=at)
-        summary = summarize(new_state, head_hash=entries[-1].hash)
+        title = self._titles.of(new_state.created)
+        summary = summarize(new_state, head_hash=entries[-1].hash, title=title)
         try:
             await self._store.append(entries, summary)
         except ConflictError:

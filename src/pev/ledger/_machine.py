@@ -1,6 +1,6 @@
 """The task state machine's transitions as pure functions: state + input → events to append.
 
-Each function decides which events a step writes, checking the rules of SPEC §4 and §5.3 (the
+Each function decides which events a step writes, checking the rules of docs/design.md §4, §5.3 (the
 three valves of a new revision, rejected plans and the budget, deadlines, cancellation). None of
 them writes anything: the :class:`~pev.ledger.Ledger` appends what they return in one
 transaction, so a step is either wholly in the ledger or not at all.
@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import assert_never
 
-from pev.errors import StateError
 from pev.kernel import (
     Decision,
     Finish,
@@ -35,8 +34,9 @@ from pev.ledger._events import (
     TaskFinished,
     Usage,
 )
+from pev.ledger._phases import REPLAN_DEADLINE_PHASES, TaskPhase, allowed
 from pev.ledger._queries import outputs, unsettled_unknown_actions
-from pev.ledger._state import REPLAN_DEADLINE_PHASES, TaskPhase, TaskState
+from pev.ledger._state import TaskState, refusal, require
 from pev.model import (
     JsonValue,
     Plan,
@@ -62,7 +62,7 @@ __all__ = [
 def new_task(
     task_id: TaskId,
     *,
-    input: JsonValue,  # noqa: A002 - SPEC's name for what the task is asked to do
+    input: JsonValue,  # noqa: A002 - the documented name for what the task is asked to do
     contract: VerificationContract,
     policy: RecoveryPolicy,
     now: datetime,
@@ -94,7 +94,7 @@ def finish(
 
 
 def begin_replan(state: TaskState, *, now: datetime) -> tuple[Event, ...]:
-    """Pass the three valves of a new revision, in order (SPEC §5.3).
+    """Pass the three valves of a new revision, in order (docs/design.md §5.3).
 
     1. the task is ``awaiting_replan``, else :class:`StateError` and nothing is written;
     2. ``replans_used < max_replans``, else the task ends failed/replan_budget_exhausted;
@@ -106,13 +106,11 @@ def begin_replan(state: TaskState, *, now: datetime) -> tuple[Event, ...]:
     Raises:
         StateError: The task is not awaiting a replan (a terminal task stays as it is).
     """
-    if state.phase is not TaskPhase.AWAITING_REPLAN:
-        raise StateError(
-            f"task {state.task_id} is {state.phase}, not awaiting_replan: a new revision can "
-            "only begin after a replan decision or a rejected plan",
-            task_id=state.task_id,
-            state=state.phase,
-        )
+    require(
+        state,
+        ReplanStarted.kind,
+        "a new revision can only begin after a replan decision or a rejected plan",
+    )
     policy = state.policy
     if state.replans_used >= policy.max_replans:
         return (
@@ -149,7 +147,7 @@ def reject_plan(
     now: datetime,
     usage: Usage | None = None,
 ) -> tuple[Event, ...]:
-    """Record a refused plan and what follows (SPEC §4).
+    """Record a refused plan and what follows (docs/design.md §4).
 
     In recovery mode a rejection is fed back to the planner and costs one replan: the task
     awaits a replan while budget is left, else it ends failed/invalid_plan. In the other modes the
@@ -158,14 +156,11 @@ def reject_plan(
     Raises:
         StateError: The task is not planning.
     """
-    if state.phase is not TaskPhase.PLANNING or state.planning is None:
-        raise StateError(
-            f"task {state.task_id} is {state.phase}: only a plan being made can be rejected",
-            task_id=state.task_id,
-            state=state.phase,
-        )
+    planning = state.planning
+    if planning is None or not allowed(state.phase, PlanRejected.kind):
+        raise refusal(state, PlanRejected.kind, "only a plan being made can be rejected")
     rejected = PlanRejected(
-        planning=state.planning,
+        planning=planning,
         attempt=state.planner_calls,
         problems=tuple(problems),
         plan=plan,
@@ -189,12 +184,8 @@ def dispatch(state: TaskState, decision: Decision, *, now: datetime) -> tuple[Ev
         StateError: The task is not verifying a revision.
     """
     revision = state.revision
-    if state.phase is not TaskPhase.VERIFYING or revision is None:
-        raise StateError(
-            f"task {state.task_id} is {state.phase}: decisions follow verification",
-            task_id=state.task_id,
-            state=state.phase,
-        )
+    if revision is None or not allowed(state.phase, Dispatched.kind):
+        raise refusal(state, Dispatched.kind, "decisions follow verification")
     dispatched = Dispatched(revision=revision.number, decision=decision)
     match decision:
         case Finish(status=status, reason=reason, detail=detail):
@@ -219,7 +210,7 @@ def request_cancel(state: TaskState, *, reason: str = "") -> tuple[Event, ...]:
     A task that waits for a replan has no work in flight, so it ends ``cancelled`` at once;
     otherwise the engine driving it stops dispatching and ends it (see :func:`cancel_outcome`).
     """
-    if state.terminal or state.cancel_requested:
+    if not allowed(state.phase, CancelRequested.kind):
         return ()
     requested = CancelRequested(reason=reason)
     if state.phase is TaskPhase.AWAITING_REPLAN:

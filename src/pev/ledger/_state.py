@@ -1,4 +1,4 @@
-"""A task's state as a pure fold over its events (SPEC §5.1, §5.2).
+"""A task's state as a pure fold over its events (docs/design.md §5.1, §5.2).
 
 ``apply(state, event)`` returns the next state or raises :class:`~pev.errors.StateError` when the
 event is not allowed where the task stands; ``replay(entries)`` folds a whole ledger. Nothing here
@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, NoReturn, assert_never
 
 from pev.errors import StateError
-from pev.kernel import GlobalReplan, LocalReplan, TaskStatus, outcome_allowed
+from pev.kernel import GlobalReplan, LocalReplan, outcome_allowed
 from pev.ledger._events import (
     AwaitingReplan,
     CancelRequested,
@@ -39,6 +38,16 @@ from pev.ledger._events import (
     TaskFinished,
     VerdictRecorded,
 )
+from pev.ledger._phases import (
+    ALLOWED_PHASES,
+    LEADS_TO,
+    PHASE_OF_STATUS,
+    REFUSALS,
+    TERMINAL_PHASES,
+    TaskPhase,
+    needs,
+    rule_of,
+)
 from pev.model import (
     TERMINAL_RECORD_STATUSES,
     Evidence,
@@ -53,30 +62,7 @@ from pev.model import (
 )
 from pev.policy import RecoveryPolicy
 
-__all__ = ["TERMINAL_PHASES", "Revision", "TaskPhase", "TaskState", "apply", "replay"]
-
-
-class TaskPhase(StrEnum):
-    """Where a task stands. The last four are terminal and final."""
-
-    PLANNING = "planning"
-    EXECUTING = "executing"
-    VERIFYING = "verifying"
-    AWAITING_REPLAN = "awaiting_replan"
-    CANCELLING = "cancelling"
-    SUCCEEDED = "succeeded"
-    PARTIAL = "partial"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-TERMINAL_PHASES = frozenset(
-    {TaskPhase.SUCCEEDED, TaskPhase.PARTIAL, TaskPhase.FAILED, TaskPhase.CANCELLED}
-)
-
-# Where a replan deadline holds: waiting for the replan, and planning it until a revision starts.
-# Expiry and the task index (which lists overdue tasks) must agree on it.
-REPLAN_DEADLINE_PHASES = (TaskPhase.AWAITING_REPLAN, TaskPhase.PLANNING)
+__all__ = ["Revision", "TaskState", "apply", "refusal", "replay", "require"]
 
 
 def _empty_mapping() -> Mapping[RecordId, Any]:
@@ -250,12 +236,45 @@ def apply(state: TaskState | None, event: Event, *, at: datetime | None = None) 
             updated_at=at,
             event_count=1,
         )
-    if state.terminal:
-        _refuse(state, event, "the task has ended and never changes again")
+    rule = rule_of(event)
+    if state.phase not in ALLOWED_PHASES[rule]:
+        if state.phase in TERMINAL_PHASES:
+            _refuse(state, event, "the task has ended and never changes again")
+        _refuse(state, event, REFUSALS[rule])
     changes = _changes(state, event, at=at)
+    phase = LEADS_TO.get(rule)
+    if phase is not None:
+        changes["phase"] = phase
+    elif isinstance(event, TaskFinished):
+        changes["phase"] = PHASE_OF_STATUS[event.status]
     changes["event_count"] = state.event_count + 1
     changes["updated_at"] = at if at is not None else state.updated_at
     return _evolve(state, changes)
+
+
+def require(state: TaskState, kind: str, why: str) -> None:
+    """Refuse a step, before anything is written, if the task's phase does not allow its event.
+
+    Args:
+        state: Where the task stands.
+        kind: The row of :data:`ALLOWED_PHASES` of the event the step would write.
+        why: What the step needs, in words.
+
+    Raises:
+        StateError: See :func:`refusal`.
+    """
+    if state.phase not in ALLOWED_PHASES[kind]:
+        raise refusal(state, kind, why)
+
+
+def refusal(state: TaskState, kind: str, why: str) -> StateError:
+    """The error of a step refused where the task stands: its phase and the phases it needs."""
+    needed = " or ".join(needs(ALLOWED_PHASES[kind]))
+    return StateError(
+        f"task {state.task_id} is {state.phase}, not {needed}: {why}",
+        task_id=state.task_id,
+        state=state.phase,
+    )
 
 
 def _evolve(state: TaskState, changes: dict[str, Any]) -> TaskState:
@@ -277,12 +296,6 @@ def _refuse(state: TaskState, event: Event, why: str) -> NoReturn:
     )
 
 
-def _require_phase(state: TaskState, event: Event, *phases: TaskPhase) -> None:
-    if state.phase not in phases:
-        allowed = ", ".join(phases)
-        _refuse(state, event, f"it needs phase {allowed}")
-
-
 def _require_revision(state: TaskState, event: Event, number: int) -> None:
     current = state.revision.number if state.revision else 0
     if number != current:
@@ -298,32 +311,22 @@ def _with(mapping: Mapping[RecordId, Any], key: RecordId, value: object) -> Mapp
     return MappingProxyType(items)
 
 
-_RUNNING = (TaskPhase.EXECUTING, TaskPhase.CANCELLING)
-
-
 def _changes(state: TaskState, event: Event, *, at: datetime | None) -> dict[str, Any]:
-    """The fields an event changes; one case per event kind."""
+    """The fields an event changes besides the phase, once the phase rule let it through."""
     match event:
-        case TaskCreated():
-            _refuse(state, event, "a task is created once")
+        case TaskCreated():  # the phase rule refuses it everywhere
+            _refuse(state, event, REFUSALS[event.kind])
         case ReplanStarted():
-            _require_phase(state, event, TaskPhase.AWAITING_REPLAN)
             if state.replans_used >= state.policy.max_replans:
                 _refuse(state, event, f"all {state.policy.max_replans} replans are spent")
-            return {
-                "phase": TaskPhase.PLANNING,
-                "planning": event.planning,
-                "replans_used": state.replans_used + 1,
-            }
+            return {"planning": event.planning, "replans_used": state.replans_used + 1}
         case RevisionStarted():
             return _revision_started(state, event, at=at)
         case PlanRejected():
-            _require_phase(state, event, TaskPhase.PLANNING)
             return {"rejections": (*state.rejections, event)}
         case NodeDispatched():
             return _node_dispatched(state, event)
         case NodeProgressed():
-            _require_phase(state, event, *_RUNNING)
             record = _record(state, event, event.record_id)
             if event.status not in (RecordStatus.ACCEPTED, RecordStatus.RUNNING):
                 _refuse(state, event, "progress is accepted or running; finishing is node_finished")
@@ -332,7 +335,6 @@ def _changes(state: TaskState, event: Event, *, at: datetime | None) -> dict[str
         case NodeFinished():
             return _node_finished(state, event)
         case NodeSkipped():
-            _require_phase(state, event, *_RUNNING)
             _require_revision(state, event, event.revision)
             return {"skipped": (*state.skipped, event)}
         case RecordReconciled():
@@ -347,30 +349,24 @@ def _changes(state: TaskState, event: Event, *, at: datetime | None) -> dict[str
         case CaptureFailed():
             return {"capture_failures": (*state.capture_failures, event)}
         case RoundExecuted():
-            _require_phase(state, event, TaskPhase.EXECUTING)
             _require_revision(state, event, event.revision)
-            return {"phase": TaskPhase.VERIFYING, "rounds": (*state.rounds, event)}
+            return {"rounds": (*state.rounds, event)}
         case VerdictRecorded() | Diagnosed() | Dispatched():
-            _require_phase(state, event, TaskPhase.VERIFYING)
             _require_revision(state, event, event.revision)
             field_name = _VERIFY_FIELDS[event.kind]
             return {field_name: (*getattr(state, field_name), event)}
         case AwaitingReplan():
-            _require_phase(state, event, TaskPhase.VERIFYING, TaskPhase.PLANNING)
             return {
-                "phase": TaskPhase.AWAITING_REPLAN,
                 "replan_action": event.action,
                 "replan_deadline": event.deadline,
                 "planning": None,
             }
         case CancelRequested():
-            if state.cancel_requested:
-                _refuse(state, event, "a cancel was already requested")
-            return {"phase": TaskPhase.CANCELLING, "cancel_reason": event.reason}
+            return {"cancel_reason": event.reason}
         case TaskFinished():
             if not outcome_allowed(event.status, event.reason):
                 _refuse(state, event, f"status {event.status} cannot carry reason {event.reason}")
-            return {"phase": _PHASE_OF_STATUS[event.status], "finished": event, "planning": None}
+            return {"finished": event, "planning": None}
         case _:
             assert_never(event)
 
@@ -380,13 +376,6 @@ _VERIFY_FIELDS = {
     "verdict_recorded": "verdicts",
     "diagnosed": "diagnoses",
     "dispatched": "decisions",
-}
-
-_PHASE_OF_STATUS = {
-    TaskStatus.SUCCEEDED: TaskPhase.SUCCEEDED,
-    TaskStatus.PARTIAL: TaskPhase.PARTIAL,
-    TaskStatus.FAILED: TaskPhase.FAILED,
-    TaskStatus.CANCELLED: TaskPhase.CANCELLED,
 }
 
 
@@ -400,7 +389,6 @@ def _record(state: TaskState, event: Event, record_id: RecordId) -> ExecutionRec
 def _revision_started(
     state: TaskState, event: RevisionStarted, *, at: datetime | None
 ) -> dict[str, Any]:
-    _require_phase(state, event, TaskPhase.PLANNING)
     expected = len(state.revisions) + 1
     if event.number != expected:
         _refuse(state, event, f"the next revision is number {expected}, not {event.number}")
@@ -430,7 +418,6 @@ def _revision_started(
         node_ids=frozenset(event.plan.node_ids),
     )
     return {
-        "phase": TaskPhase.EXECUTING,
         "revisions": (*state.revisions, revision),
         "planning": None,
         "replan_action": None,
@@ -439,7 +426,6 @@ def _revision_started(
 
 
 def _node_dispatched(state: TaskState, event: NodeDispatched) -> dict[str, Any]:
-    _require_phase(state, event, TaskPhase.EXECUTING)
     record = event.record
     _require_revision(state, event, record.revision)
     if record.task_id != state.task_id:
@@ -455,10 +441,6 @@ def _node_dispatched(state: TaskState, event: NodeDispatched) -> dict[str, Any]:
 
 
 def _node_finished(state: TaskState, event: NodeFinished) -> dict[str, Any]:
-    # A record left unfinished by a crash is settled on resume in any live phase (apply has
-    # already refused a terminal task); otherwise it finishes while its round is running.
-    if not event.settled_on_resume:
-        _require_phase(state, event, *_RUNNING)
     record = _record(state, event, event.record_id)
     if event.status not in TERMINAL_RECORD_STATUSES:
         _refuse(state, event, f"{event.status} is not a terminal record status")

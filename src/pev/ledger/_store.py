@@ -1,4 +1,4 @@
-"""The one contract every ledger store keeps (SPEC §5.5)."""
+"""The one contract every ledger store keeps (docs/design.md §5.5)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from pev.errors import ConflictError, StoreError
 from pev.ledger._events import LedgerEntry
-from pev.ledger._state import TaskPhase
+from pev.ledger._phases import TaskPhase
 from pev.ledger._summary import TaskSummary
 from pev.model import TaskId
 

@@ -7,10 +7,11 @@ from datetime import datetime
 
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger._events import TaskCreated
-from pev.ledger._state import REPLAN_DEADLINE_PHASES, TaskPhase, TaskState
+from pev.ledger._phases import REPLAN_DEADLINE_PHASES, TaskPhase
+from pev.ledger._state import TaskState
 from pev.model import TaskId, canonical_json
 
-__all__ = ["TaskSummary", "summarize"]
+__all__ = ["TaskSummary", "summarize", "task_title"]
 
 _TITLE_LENGTH = 120
 
@@ -44,8 +45,14 @@ class TaskSummary:
     replan_deadline: datetime | None
 
 
-def summarize(state: TaskState, *, head_hash: str) -> TaskSummary:
+def summarize(state: TaskState, *, head_hash: str, title: str | None = None) -> TaskSummary:
     """The index row for a task's state.
+
+    Args:
+        state: The task's state after its last event.
+        head_hash: The hash of its last event.
+        title: Its :func:`task_title`, when the caller already has it (the ledger keeps the
+            titles of recent tasks: the one part of a row that never changes).
 
     Raises:
         ValueError: The state was folded from bare events, which carry no times.
@@ -59,7 +66,7 @@ def summarize(state: TaskState, *, head_hash: str) -> TaskSummary:
         phase=state.phase,
         status=finished.status if finished else None,
         reason=finished.reason if finished else None,
-        title=_title(state),
+        title=title if title is not None else task_title(state.created),
         created_at=state.created_at,
         updated_at=state.updated_at,
         event_count=state.event_count,
@@ -68,18 +75,8 @@ def summarize(state: TaskState, *, head_hash: str) -> TaskSummary:
     )
 
 
-# The title of each recent task, by its creation event (which alone decides it): every write
-# makes a new index row, and the title is the one part of it that never changes. The entry
-# holds the event itself, so its id is not reused while the entry lives.
-_RECENT_TITLES = 256
-_titles: dict[int, tuple[TaskCreated, str]] = {}
-
-
-def _title(state: TaskState) -> str:
-    created = state.created
-    hit = _titles.get(id(created))
-    if hit is not None and hit[0] is created:
-        return hit[1]
+def task_title(created: TaskCreated) -> str:
+    """A task's title: its contract's goal, or the start of its input, on one line."""
     goal = created.contract.goal.strip()
     if goal:
         text = goal
@@ -88,8 +85,4 @@ def _title(state: TaskState) -> str:
     else:
         text = canonical_json(created.input)
     text = " ".join(text.split())
-    title = text if len(text) <= _TITLE_LENGTH else text[: _TITLE_LENGTH - 1] + "…"
-    if len(_titles) >= _RECENT_TITLES:
-        _titles.clear()
-    _titles[id(created)] = (created, title)
-    return title
+    return text if len(text) <= _TITLE_LENGTH else text[: _TITLE_LENGTH - 1] + "…"

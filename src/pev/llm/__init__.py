@@ -1,27 +1,34 @@
-"""LLM planners and verifiers over any OpenAI-compatible endpoint (the ``llm`` extra).
+"""LLM planners and verifiers over any chat model.
 
-* :class:`ChatModel`: the seam, one async ``complete(ChatRequest) -> ChatReply``;
-* :class:`OpenAIChat`: that seam over the official ``openai`` SDK, for hosted APIs and local
-  servers (vLLM, Ollama, llama.cpp) alike, with bounded transport retries;
+* :class:`ChatModel`: the seam, one async ``complete(ChatRequest) -> ChatReply`` (defined in
+  :mod:`pev.chat`, re-exported here with :class:`ChatMessage`, :class:`ChatRequest`,
+  :class:`ChatReply` and :class:`LLMError`);
 * :class:`LLMPlanner`: plans as JSON that follows a schema; a reply that is not a plan becomes
   a rejected plan whose problem the model is told next time;
 * :class:`LLMVerifier`: one result per criterion, citing evidence references; its reply goes
-  to the engine unchanged, to be classified.
+  to the engine unchanged, to be classified;
+* :class:`OpenAIChat`: the seam over the official ``openai`` SDK, for hosted APIs and local
+  servers (vLLM, Ollama, llama.cpp) alike, with bounded transport retries. It lives in
+  :mod:`pev.llm.openai` and is the only part that needs the ``llm`` extra
+  (``pip install 'pev-agent[llm]'``): ``from pev.llm import OpenAIChat`` imports it on first
+  use, and raises an :class:`ImportError` naming the extra when the SDK is missing.
 
-Token usage and model names go into the ledger; credentials never do. See ``docs/llm.md``.
+Everything else here works without the extra, with any :class:`ChatModel` (such as
+:class:`pev.testing.ScriptedChat`). Token usage and model names go into the ledger; credentials
+never do. See ``docs/llm.md``.
 """
 
-try:
-    import openai  # noqa: F401 - only checks that the extra is installed
-except ImportError as exc:  # pragma: no cover - exercised with the SDK hidden, in a test
-    raise ImportError(
-        "pev.llm needs the openai SDK: pip install 'pev-agent[llm]'", name=exc.name
-    ) from exc
+from __future__ import annotations
 
-from pev.llm._chat import ChatMessage, ChatModel, ChatReply, ChatRequest, LLMError
-from pev.llm._openai import OpenAIChat
+import importlib
+from typing import TYPE_CHECKING
+
+from pev.chat import ChatMessage, ChatModel, ChatReply, ChatRequest, LLMError
 from pev.llm._planner import LLMPlanner
 from pev.llm._verifier import LLMVerifier
+
+if TYPE_CHECKING:
+    from pev.llm.openai import OpenAIChat
 
 __all__ = [
     "ChatMessage",
@@ -33,3 +40,23 @@ __all__ = [
     "LLMVerifier",
     "OpenAIChat",
 ]
+
+# Names served from modules that need an extra, imported when first asked for.
+_LAZY = {"OpenAIChat": "pev.llm.openai"}
+
+
+def __getattr__(name: str) -> object:
+    """Import :class:`OpenAIChat` on first use, so ``import pev.llm`` needs no openai SDK.
+
+    Raises:
+        ImportError: The openai SDK is missing (the message names the ``llm`` extra).
+        AttributeError: ``name`` is not a name of this module.
+    """
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

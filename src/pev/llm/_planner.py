@@ -1,4 +1,4 @@
-"""A planner that asks a chat model for a plan, as JSON that follows a schema (SPEC §4, §9).
+"""A planner that asks a chat model for a plan, as JSON that follows a schema (docs/llm.md).
 
 A reply that is not a plan is not repaired and not asked for again here: the planner raises a
 ``ValueError`` that says what was wrong, the engine records it as a rejected plan, and the
@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pev.chat import ChatMessage, ChatRequest
 from pev.codec import decode, encode
 from pev.engine import PlanRequest
 from pev.errors import CodecError
 from pev.ledger import RevisionKind
-from pev.llm._chat import ChatMessage, ChatRequest
 from pev.llm._prompt import (
     Prompted,
     as_json,
@@ -122,12 +122,12 @@ def parse_plan(text: str) -> Plan:
 class LLMPlanner(Prompted):
     """Plans with a chat model: the initial plan, and local and global replans.
 
-    The prompt carries SPEC §4's context: the input, contract, tool catalogue (signatures and
-    effects) and lessons (as advice); for a replan also the previous plan, the verdict's
-    feedback, unmet criteria, constraints, guidance and evidence, the nodes to redo and the
-    results kept, earlier rejections, and the actions whose outcome is unknown (never to be
-    repeated blindly). Token usage and the model's name go to the ledger through
-    :func:`pev.engine.report_usage`.
+    The prompt carries the planning context described in ``docs/llm.md``: the input, contract,
+    tool catalogue (signatures and effects) and lessons (as advice); for a replan also the
+    previous plan, the verdict's feedback, unmet criteria, constraints, guidance and evidence,
+    the nodes to redo and the results kept, earlier rejections, and the actions whose outcome
+    is unknown (never to be repeated blindly). Token usage and the model's name go to the
+    ledger through :func:`pev.engine.report_usage`.
 
     Args:
         model: The chat model, e.g. an :class:`OpenAIChat`.

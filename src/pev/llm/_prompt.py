@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
+from pev.chat import ChatModel, ChatRequest
 from pev.codec import encode
 from pev.engine import report_usage
-from pev.llm._chat import ChatModel, ChatRequest
 from pev.model import (
     ExecutionRecord,
     NodeResult,

@@ -1,4 +1,4 @@
-"""A verifier that asks a chat model to judge a round, one result per criterion (SPEC §2.5, §9).
+"""A verifier that asks a chat model to judge a round, one result per criterion (docs/llm.md).
 
 The model's reply goes back to the engine *unchanged*: the engine, not this adapter, decides
 how far it can be trusted (unparsable, the wrong criteria, a citation of evidence that does not
@@ -10,8 +10,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from pev.chat import ChatMessage, ChatRequest
 from pev.engine import VerifyRequest
-from pev.llm._chat import ChatMessage, ChatRequest
 from pev.llm._prompt import (
     Prompted,
     as_json,

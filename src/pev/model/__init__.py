@@ -1,4 +1,6 @@
-"""The data model (SPEC §2): plans, node results, records, evidence, contracts and verdicts.
+"""The data model: plans, node results, records, evidence, contracts and verdicts.
+
+See docs/design.md §2.
 
 Every type here is an immutable value with no I/O; :mod:`pev.codec` turns them into JSON.
 """

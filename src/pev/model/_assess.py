@@ -1,4 +1,4 @@
-"""Classify what a verifier returned: ok, malformed or inconclusive (SPEC §2.5).
+"""Classify what a verifier returned: ok, malformed or inconclusive (docs/design.md §2.5).
 
 A verifier does not get to say how far it can be trusted: the engine reads its raw return with
 :func:`classify_verdict`, against the task's contract, the plan that ran and the evidence

@@ -1,10 +1,11 @@
-"""The verification contract: what must hold for a task to succeed (SPEC §2.4)."""
+"""The verification contract: what must hold for a task to succeed (docs/design.md §2.4)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal, TypeAlias
 
 from pev.errors import ContractError
 
@@ -40,8 +41,14 @@ def _text_tuple(value: object, field: str) -> tuple[str, ...]:
     return items
 
 
-# Keeps SPEC's positional signature `VerificationContract(mode, goal, success_criteria, ...)`.
-@dataclass(frozen=True, slots=True)
+ModeName: TypeAlias = VerificationMode | Literal["off", "audit", "enforce", "recovery"]
+"""A verification mode, or its name."""
+
+
+# Positional, in the documented order: `VerificationContract(mode, goal, success_criteria, ...)`.
+# The constructor takes a mode's name and any iterable of strings (the fields hold the mode and
+# tuples), so `VerificationContract("recovery", "goal", ["criterion"])` is well typed.
+@dataclass(frozen=True, slots=True, init=False)
 class VerificationContract:
     """What the verifier checks, and how its verdict is used.
 
@@ -66,7 +73,22 @@ class VerificationContract:
     constraints: tuple[str, ...] = ()
     required_evidence: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        mode: ModeName = VerificationMode.RECOVERY,
+        goal: str = "",
+        success_criteria: Iterable[str] = (),
+        constraints: Iterable[str] = (),
+        required_evidence: Iterable[str] = (),
+    ) -> None:
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "goal", goal)
+        object.__setattr__(self, "success_criteria", success_criteria)
+        object.__setattr__(self, "constraints", constraints)
+        object.__setattr__(self, "required_evidence", required_evidence)
+        self._check()
+
+    def _check(self) -> None:
         modes = ", ".join(VerificationMode.__members__.values())
         if self.mode not in VerificationMode.__members__.values():
             raise ContractError(f"mode must be one of {modes}; got {self.mode!r}", field="mode")

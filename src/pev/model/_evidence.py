@@ -1,4 +1,4 @@
-"""Observations and the references a verdict may cite (SPEC §2.3)."""
+"""Observations and the references a verdict may cite (docs/design.md §2.3)."""
 
 from __future__ import annotations
 

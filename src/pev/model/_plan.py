@@ -1,4 +1,4 @@
-"""Plans, plan nodes, tool signatures, and plan validation (SPEC §2.1)."""
+"""Plans, plan nodes, tool signatures, and plan validation (docs/design.md §2.1)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ class ToolSpec:
     description: str = ""
 
 
-# PlanNode and Plan keep SPEC's positional signatures (`PlanNode(id, description, ...)`,
+# PlanNode and Plan keep the documented positional signatures (`PlanNode(id, description, ...)`,
 # `Plan(goal, nodes)`), which are public API; everything optional is keyword-friendly.
 @dataclass(frozen=True, slots=True)
 class PlanNode:

@@ -1,4 +1,4 @@
-"""Execution records: one per dispatch of a node, with a one-way status (SPEC §2.2)."""
+"""Execution records: one per dispatch of a node, with a one-way status (docs/design.md §2.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""What running one node produced: the execution facts the kernel decides on (SPEC §2.2)."""
+"""What running one node produced: the execution facts the kernel decides on.
+
+See docs/design.md §2.2.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from pev._json import JsonValue, freeze_json
 __all__ = ["DeviceFailure", "NodeResult", "Success", "VerifierFailure", "as_node_result"]
 
 
-# The three result types keep SPEC's positional signatures, which are public API.
+# The three result types keep the documented positional signatures, which are public API.
 @dataclass(frozen=True, slots=True)
 class Success:
     """The node ran and produced ``value`` (a JSON value, frozen)."""

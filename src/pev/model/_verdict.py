@@ -1,4 +1,4 @@
-"""Verdicts, criterion results, and how far a verdict can be trusted (SPEC §2.5)."""
+"""Verdicts, criterion results, and how far a verdict can be trusted (docs/design.md §2.5)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _as_tuple(value: object) -> object:
     return value
 
 
-# CriterionResult and Verdict keep SPEC's positional signatures, which are public API.
+# CriterionResult and Verdict keep the documented positional signatures, which are public API.
 @dataclass(frozen=True, slots=True)
 class CriterionResult:
     """The verifier's answer for one contract criterion, quoted verbatim, with its evidence."""

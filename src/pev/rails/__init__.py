@@ -1,4 +1,6 @@
-"""Rails (SPEC §7): observers of the plan, execute, verify loop. Rails observe; they never decide.
+"""Rails: observers of the plan, execute, verify loop. Rails observe; they never decide.
+
+See docs/design.md §7.
 
 The engine hands a :class:`RailBus` the entries of every append; the bus turns them into
 :class:`RailEvent` values, one per phase boundary (:class:`RailPhase`), and gives each rail its

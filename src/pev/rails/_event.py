@@ -1,4 +1,4 @@
-"""What a rail receives: one frozen event per phase boundary of the loop (SPEC §7)."""
+"""What a rail receives: one frozen event per phase boundary of the loop (docs/design.md §7)."""
 
 from __future__ import annotations
 

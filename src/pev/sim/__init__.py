@@ -1,4 +1,6 @@
-"""The embedded demo (SPEC §10): a Franka Panda arm puts cubes in a tray, in headless pybullet.
+"""The embedded demo: a Franka Panda arm puts cubes in a tray, in headless pybullet.
+
+See docs/design.md §10.
 
 Needs the ``sim`` extra (``pip install 'pev-agent[sim]'``); importing this package without it
 raises an :class:`ImportError` that says so. ``import pev`` never imports it.

@@ -71,8 +71,8 @@ class FaultPath:
         return f"{cause} → {recovery} → {self.status}/{self.reason}"
 
 
-# The documented path of every fault (SPEC §3, §10). The table test runs each fault and checks
-# that its run took exactly this path; `pev demo` exits 1 if one did not.
+# The documented path of every fault (docs/design.md §3, §10). The table test runs each fault and
+# checks that its run took exactly this path; `pev demo` exits 1 if one did not.
 FAULT_PATHS: Mapping[Fault, FaultPath] = MappingProxyType(
     {
         Fault.NONE: FaultPath(

@@ -1,4 +1,4 @@
-"""Ledger stores behind one contract (SPEC §5.5): in-memory and SQLite.
+"""Ledger stores behind one contract (docs/design.md §5.5): in-memory and SQLite.
 
 :class:`~pev.ledger.Store` is the contract; every backend passes the same contract test suite.
 """

@@ -1,4 +1,4 @@
-"""The SQLite store: pev's embedded default ledger (SPEC §5.5).
+"""The SQLite store: pev's embedded default ledger (docs/design.md §5.5).
 
 One file, WAL journal, ``synchronous=FULL`` so each append is durable when it returns, and a
 primary key on (task id, sequence) so that of two writers appending the same sequence number one
@@ -12,9 +12,9 @@ process holds the write lock, the call moves to the store's own thread and waits
 ``busy_timeout_s``), so an event loop never stalls behind another writer. ``offload=True`` sends
 every call to that thread, for slow or networked disks.
 
-The same file keeps experience (SPEC §8, :class:`~pev.experience.LessonStore`): episodes, lessons
-and their support, with an FTS5 full-text index over the lessons where this SQLite has FTS5 (a
-term match over the stored search terms where it has not).
+The same file keeps experience (docs/design.md §8, :class:`~pev.experience.LessonStore`):
+episodes, lessons and their support, with an FTS5 full-text index over the lessons where this
+SQLite has FTS5 (a term match over the stored search terms where it has not).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from pev.ledger import (
     TaskPhase,
     TaskSummary,
     check_batch,
-    event_text,
 )
+from pev.ledger._chain import entry_texts
 from pev.model import TaskId
 from pev.stores._memory import rank_by_terms
 
@@ -98,10 +98,10 @@ CREATE INDEX IF NOT EXISTS pev_tasks_waiting ON pev_tasks (replan_deadline)
     WHERE replan_deadline IS NOT NULL;
 """
 
-# Experience (SPEC §8): episodes, lessons, and which episodes support which lesson. These are
-# derived data, not the ledger: a lesson row is replaced as its support grows. They are created
-# with IF NOT EXISTS when any ledger is opened, so a file written before them gets them then;
-# the event schema, and so SCHEMA_VERSION, is unchanged.
+# Experience (docs/design.md §8): episodes, lessons, and which episodes support which lesson.
+# These are derived data, not the ledger: a lesson row is replaced as its support grows. They are
+# created with IF NOT EXISTS when any ledger is opened, so a file written before them gets them
+# then; the event schema, and so SCHEMA_VERSION, is unchanged.
 _EXPERIENCE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS pev_episodes (
     task_id TEXT PRIMARY KEY,
@@ -334,18 +334,19 @@ class SQLiteStore:
 
     async def append(self, entries: Sequence[LedgerEntry], summary: TaskSummary) -> None:
         """Append a batch and its index row in one durable transaction."""
+        # Entries the ledger just sealed bring the texts it hashed: no event is encoded twice.
         rows: list[tuple[object, ...]] = [
             (
                 entry.task_id,
                 entry.seq,
-                codec.dumps(entry.at),
+                at_text,
                 entry.schema,
                 entry.event.kind,
-                event_text(entry.event),
+                text,
                 entry.prev_hash,
                 entry.hash,
             )
-            for entry in entries
+            for entry, (at_text, text) in zip(entries, entry_texts(entries), strict=True)
         ]
         task_row = (
             summary.task_id,

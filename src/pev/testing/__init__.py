@@ -9,6 +9,8 @@ them directly:
 * :class:`ScriptedVerifier`: answers each verification with the next scripted verdict, or a
   deliberately malformed one;
 * :class:`ScriptedObserver` and :class:`StaticObserver`: return observations;
+* :class:`ScriptedChat`: a chat model (:class:`pev.chat.ChatModel`) that answers with scripted
+  replies, for :class:`pev.llm.LLMPlanner`, :class:`pev.llm.LLMVerifier` or a lesson drafter;
 * :func:`node_context`: a node context for calling an executor or tool directly;
 * :class:`MemoryStore`: the in-memory ledger store (from :mod:`pev.stores`).
 
@@ -17,6 +19,7 @@ assert on it afterwards. See ``docs/testing.md``.
 """
 
 from pev.stores import MemoryStore
+from pev.testing._chat import ScriptedChat
 from pev.testing._clock import FakeClock
 from pev.testing._context import node_context
 from pev.testing._executor import FunctionExecutor
@@ -28,6 +31,7 @@ __all__ = [
     "FakeClock",
     "FunctionExecutor",
     "MemoryStore",
+    "ScriptedChat",
     "ScriptedObserver",
     "ScriptedPlanner",
     "ScriptedVerifier",

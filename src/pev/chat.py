@@ -1,8 +1,13 @@
 """The chat-model seam: one request, one reply, one async method.
 
-:class:`LLMPlanner` and :class:`LLMVerifier` speak only this protocol, so any model can stand
-behind them: :class:`OpenAIChat` for OpenAI-compatible servers, or a few lines of your own (a
-fake for tests, another vendor's SDK).
+Anything that answers a :class:`ChatRequest` with a :class:`ChatReply` is a :class:`ChatModel`:
+:class:`pev.llm.OpenAIChat` for OpenAI-compatible servers, another vendor's SDK in a few lines,
+or :class:`pev.testing.ScriptedChat` in tests. :class:`pev.llm.LLMPlanner`,
+:class:`pev.llm.LLMVerifier` and the lesson drafter of :class:`pev.experience.LessonBook` speak
+only this protocol.
+
+This module needs no extra and imports only the standard library and pev's own errors and JSON
+values, so every layer of pev may use it. See ``docs/llm.md``.
 """
 
 from __future__ import annotations

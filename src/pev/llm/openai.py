@@ -1,9 +1,15 @@
-"""A :class:`ChatModel` over the official ``openai`` SDK: hosted APIs and local servers alike.
+"""A :class:`~pev.chat.ChatModel` over the official ``openai`` SDK: hosted APIs and local servers.
 
-The only module of pev that imports ``openai``. Transport failures (connection errors,
-timeouts, 408/409/429 and 5xx answers) are retried by the SDK's own bounded, backed-off
-mechanism (``max_retries``); what a model *says* is never retried here: a bad answer is the
-planner's or verifier's to report, and the engine's to classify.
+This module is the ``llm`` extra (``pip install 'pev-agent[llm]'``): the only module of pev that
+imports ``openai``, and importing it without the SDK raises an :class:`ImportError` that names
+the extra. Nothing else in :mod:`pev.llm` needs it: :class:`~pev.llm.LLMPlanner`,
+:class:`~pev.llm.LLMVerifier` and the chat seam work with any chat model. ``from pev.llm import
+OpenAIChat`` imports this module on first use.
+
+Transport failures (connection errors, timeouts, 408/409/429 and 5xx answers) are retried by the
+SDK's own bounded, backed-off mechanism (``max_retries``); what a model *says* is never retried
+here: a bad answer is the planner's or verifier's to report, and the engine's to classify. See
+``docs/llm.md``.
 """
 
 from __future__ import annotations
@@ -15,13 +21,19 @@ from types import TracebackType
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
-import openai
-from openai.types.chat import ChatCompletionMessageParam
-from openai.types.chat.completion_create_params import ResponseFormat
+try:
+    import openai
+    from openai.types.chat import ChatCompletionMessageParam
+    from openai.types.chat.completion_create_params import ResponseFormat
+except ImportError as exc:  # exercised with the SDK hidden, in the tests
+    raise ImportError(
+        "pev.llm.openai (OpenAIChat) needs the openai SDK: pip install 'pev-agent[llm]'",
+        name=exc.name,
+    ) from exc
 
 from pev._json import thaw_json
+from pev.chat import ChatMessage, ChatReply, ChatRequest, LLMError
 from pev.errors import UsageError
-from pev.llm._chat import ChatMessage, ChatReply, ChatRequest, LLMError
 
 __all__ = ["OpenAIChat", "StructuredOutput"]
 

@@ -1,0 +1,308 @@
+"""``pev.Agent``: one frozen, typed definition of an agent, and the types its parts may have.
+
+An agent is a planner, tools (or an executor), a verifier, an observer, and the contract, policy
+and rails its runs use by default. ``run``, ``run_sync`` and ``resume`` take ``agent=``; the
+keyword form of ``run`` (``planner=..., tools=...``) builds one. Bound to a module-level name
+(``booking = pev.Agent(...)`` in ``myapp/agents.py``), an agent is what the ledger records
+(``myapp.agents:booking``), so that another process rebuilds exactly this agent
+(see docs/engine.md).
+
+Each part is typed with the protocols of ``pev.engine``, so an editor and mypy can tell a planner
+from a verifier: a component is an object with the protocol's method (async or sync) or a
+function of the same shape.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+from pev.engine._protocols import (
+    Executor,
+    NodeContext,
+    Observation,
+    ObserveContext,
+    Planner,
+    PlanRequest,
+    VerifyRequest,
+)
+from pev.engine._tool_executor import Resources
+from pev.engine._tools import Tool, ToolRegistry
+from pev.errors import ComponentError, ContractError
+from pev.model import (
+    Evidence,
+    EvidencePhase,
+    NodeResult,
+    Plan,
+    PlanNode,
+    Verdict,
+    VerificationContract,
+    VerificationMode,
+    check_contract,
+)
+from pev.policy import RecoveryPolicy
+from pev.rails import RailLike
+
+__all__ = [
+    "Agent",
+    "ExecutorLike",
+    "ObserverLike",
+    "PlannerLike",
+    "ToolsLike",
+    "VerifierLike",
+    "VerifierReply",
+]
+
+
+@runtime_checkable
+class SyncPlanner(Protocol):
+    """A planner whose ``plan`` is a plain method (pev runs it in a thread)."""
+
+    def plan(self, request: PlanRequest) -> Plan | None:
+        """Return a plan; for a local replan, ``None`` declines."""
+        ...
+
+
+PlannerLike: TypeAlias = (
+    Planner
+    | SyncPlanner
+    | Callable[[PlanRequest], Awaitable[Plan | None]]
+    | Callable[[PlanRequest], Plan | None]
+)
+"""A planner: an object with an async or sync ``plan(request)``, or such a function."""
+
+VerifierReply: TypeAlias = Verdict | str | Mapping[str, Any]
+"""What a verifier may return: a :class:`~pev.model.Verdict`, or its JSON text or mapping (an
+LLM judge's raw reply); the engine classifies it, and anything else is ``malformed``."""
+
+
+@runtime_checkable
+class ReplyingVerifier(Protocol):
+    """A verifier whose async ``verify`` returns a verdict or its JSON (text or mapping)."""
+
+    async def verify(self, request: VerifyRequest) -> VerifierReply:
+        """Judge the round."""
+        ...
+
+
+@runtime_checkable
+class SyncVerifier(Protocol):
+    """A verifier whose ``verify`` is a plain method (pev runs it in a thread)."""
+
+    def verify(self, request: VerifyRequest) -> VerifierReply:
+        """Judge the round."""
+        ...
+
+
+VerifierLike: TypeAlias = (
+    ReplyingVerifier
+    | SyncVerifier
+    | Callable[[VerifyRequest], Awaitable[VerifierReply]]
+    | Callable[[VerifyRequest], VerifierReply]
+)
+"""A verifier: an object with an async or sync ``verify(request)``, or such a function."""
+
+
+@runtime_checkable
+class SyncExecutor(Protocol):
+    """An executor whose ``execute`` is a plain method (pev runs it in a thread)."""
+
+    def execute(self, node: PlanNode, context: NodeContext) -> NodeResult:
+        """Run ``node``; a raised exception is a device failure."""
+        ...
+
+
+ExecutorLike: TypeAlias = (
+    Executor
+    | SyncExecutor
+    | Callable[[PlanNode, NodeContext], Awaitable[NodeResult]]
+    | Callable[[PlanNode, NodeContext], NodeResult]
+)
+"""An executor: an object with an async or sync ``execute(node, context)`` (and, optionally,
+``reconcile(record)``), or such a function."""
+
+ObserverReply: TypeAlias = Observation | Evidence | Sequence[Observation | Evidence]
+"""What an observer returns: one observation or several."""
+
+
+@runtime_checkable
+class AsyncObserver(Protocol):
+    """An observer whose ``observe`` is async."""
+
+    async def observe(self, phase: EvidencePhase, context: ObserveContext) -> ObserverReply:
+        """Capture evidence."""
+        ...
+
+
+@runtime_checkable
+class SyncObserver(Protocol):
+    """An observer whose ``observe`` is a plain method (pev runs it in a thread)."""
+
+    def observe(self, phase: EvidencePhase, context: ObserveContext) -> ObserverReply:
+        """Capture evidence."""
+        ...
+
+
+ObserverLike: TypeAlias = (
+    AsyncObserver
+    | SyncObserver
+    | Callable[[EvidencePhase, ObserveContext], Awaitable[ObserverReply]]
+    | Callable[[EvidencePhase, ObserveContext], ObserverReply]
+)
+"""An observer: an object with an async or sync ``observe(phase, context)``, or such a function."""
+
+ToolsLike: TypeAlias = (
+    Tool[..., Any]
+    | Callable[..., Any]
+    | Iterable[Tool[..., Any] | Callable[..., Any]]
+    | Mapping[str, Tool[..., Any] | Callable[..., Any]]
+)
+"""Tools: functions decorated with ``@pev.tool`` (or plain functions, which get the defaults),
+as one, an iterable, a mapping of name to tool, or a :class:`~pev.engine.ToolRegistry`."""
+
+# The method each role is called through; a plain function (any callable) also does.
+METHOD_OF_ROLE: Mapping[str, str] = {
+    "planner": "plan",
+    "verifier": "verify",
+    "executor": "execute",
+    "observer": "observe",
+}
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Agent:
+    """One frozen, typed definition of an agent: what plans, acts, checks and observes.
+
+    Args:
+        planner: Makes plans (an object with ``plan(request)``, or such a function).
+        verifier: Checks each round against the contract; needed by every verification mode
+            but ``off``.
+        tools: Functions decorated with ``@pev.tool``; give tools or an executor, not both.
+        executor: Instead of ``tools``: an object with ``execute(node, context)`` and,
+            optionally, ``reconcile(record)``.
+        observer: Captures evidence before a revision's first action and after each round.
+        contract: The contract its runs use unless ``run`` is given one; by default ``off``
+            without a verifier and ``recovery`` (goal: the input) with one.
+        policy: The recovery policy its runs use unless ``run`` is given one.
+        rails: Observers of the loop, added to those a run is given.
+        resources: The locks that keep tools naming one resource (a robot arm) from running at
+            once: by default the agent's own, shared by all its runs; give agents that drive
+            the same device the same :class:`~pev.engine.Resources`.
+        defined_in: The module in which the agent's module-level name is looked up, to record
+            its import path; by default the module whose code calls ``Agent(...)``.
+
+    Raises:
+        ComponentError: No planner, neither or both of tools and executor, or a part that has
+            neither its method nor is callable.
+        ContractError: A contract whose mode needs a verifier, or evidence an observer must
+            capture, without one.
+
+    Example::
+
+        booking = pev.Agent(planner, tools=[search, book], verifier=judge)
+        result = await pev.run("a table for two", agent=booking)
+    """
+
+    planner: PlannerLike
+    verifier: VerifierLike | None
+    tools: ToolRegistry
+    executor: ExecutorLike | None
+    observer: ObserverLike | None
+    contract: VerificationContract | None
+    policy: RecoveryPolicy | None
+    rails: tuple[RailLike, ...]
+    resources: Resources = field(repr=False, compare=False)
+    # The module whose code built the agent, where its module-level name (if any) is looked for.
+    defined_in: str | None = field(default=None, repr=False, compare=False)
+
+    def __init__(
+        self,
+        planner: PlannerLike,
+        *,
+        verifier: VerifierLike | None = None,
+        tools: ToolsLike = (),
+        executor: ExecutorLike | None = None,
+        observer: ObserverLike | None = None,
+        contract: VerificationContract | None = None,
+        policy: RecoveryPolicy | None = None,
+        rails: Iterable[RailLike] = (),
+        resources: Resources | None = None,
+        defined_in: str | None = None,
+    ) -> None:
+        registry = _registry(tools)
+        if planner is None:
+            raise ComponentError("an agent needs a planner: pass planner=...", role="planner")
+        if (not registry) == (executor is None):
+            raise ComponentError(
+                "pass exactly one of tools=[...] (functions decorated with @pev.tool) or "
+                "executor=...",
+                role="executor" if not registry else "tools",
+            )
+        for role, part in (
+            ("planner", planner),
+            ("verifier", verifier),
+            ("executor", executor),
+            ("observer", observer),
+        ):
+            check_component(role, part)
+        if contract is not None:
+            check_contract(contract, has_observer=observer is not None)
+            check_verifier(contract, verifier)
+        if defined_in is None:
+            # The caller's module, read from its frame as the standard library's enum does.
+            defined_in = sys._getframe(1).f_globals.get("__name__")
+        for name, value in (
+            ("planner", planner),
+            ("verifier", verifier),
+            ("tools", registry),
+            ("executor", executor),
+            ("observer", observer),
+            ("contract", contract),
+            ("policy", policy),
+            ("rails", tuple(rails)),
+            ("resources", resources if resources is not None else Resources()),
+            ("defined_in", defined_in),
+        ):
+            object.__setattr__(self, name, value)
+
+
+def _registry(tools: ToolsLike | None) -> ToolRegistry:
+    if tools is None:
+        return ToolRegistry()
+    try:
+        return ToolRegistry.of(tools)
+    except (TypeError, ValueError) as exc:
+        raise ComponentError(str(exc), role="tools") from None
+
+
+def check_component(role: str, part: object) -> None:
+    """Refuse a part that has neither its role's method nor is callable.
+
+    Raises:
+        ComponentError: Naming the role, what was given, and what would do.
+    """
+    if part is None:
+        return
+    method = METHOD_OF_ROLE[role]
+    if getattr(part, method, None) is None and not callable(part):
+        raise ComponentError(
+            f"the {role} is a {type(part).__name__} with no {method}() method and is not "
+            f"callable; pass an object with an async or sync {method}() method, or a function",
+            role=role,
+        )
+
+
+def check_verifier(contract: VerificationContract, verifier: object | None) -> None:
+    """Refuse a contract whose mode calls a verifier, when there is none.
+
+    Raises:
+        ContractError: On the contract's ``mode``.
+    """
+    if verifier is None and contract.mode is not VerificationMode.OFF:
+        raise ContractError(
+            f"mode {contract.mode} calls a verifier, but none was given; pass verifier=... "
+            "or use a contract with mode 'off'",
+            field="mode",
+        )

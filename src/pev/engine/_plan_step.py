@@ -1,0 +1,138 @@
+"""The planning step: ask the planner for a revision, and record it or why it was rejected.
+
+The step calls the planner under the engine's guard (the replan deadline and the task deadline,
+whichever comes first; the task's cancel), shapes what it returned into a plan (a local replan
+merges replacements into the previous plan), reviews it with :mod:`pev.engine._planning`, and
+writes one event: ``revision_started``, the rejection, or the task's end when time ran out (see
+docs/engine.md, "Replanning").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from pev.engine._calls import BUGS, CancelledMeanwhile, GuardedCall
+from pev.engine._deadline import Deadline, earliest
+from pev.engine._host import TaskHost, task_deadline_finish
+from pev.engine._planning import append_feedback, merge_local, plan_request, redo_set, review_plan
+from pev.kernel import TaskStatus, TerminalReason
+from pev.ledger import RevisionKind, RevisionStarted, finish, reject_plan
+from pev.model import Plan, ToolSpec
+
+__all__ = ["PlanStep"]
+
+
+class PlanStep:
+    """Plans the task's next revision, for whatever drives it (a :class:`TaskHost`)."""
+
+    __slots__ = ("_cancel", "_host", "_lessons", "_plan", "_tools")
+
+    def __init__(
+        self,
+        host: TaskHost,
+        plan: Callable[..., Awaitable[Any]],
+        *,
+        cancel: asyncio.Event,
+        tools: Mapping[str, ToolSpec] | None,
+        lessons: tuple[str, ...],
+    ) -> None:
+        self._host = host
+        self._plan = plan
+        self._cancel = cancel
+        self._tools = tools
+        self._lessons = lessons
+
+    async def run(self) -> None:
+        """Call the planner once and write what came of it."""
+        host = self._host
+        state = host.state
+        kind = state.planning or RevisionKind.INITIAL
+        request = plan_request(state, tools=self._tools, lessons=self._lessons)
+        replan_left = Deadline(state.replan_deadline, host.deadline.clock).remaining_s()
+        remaining = host.deadline.remaining_s()
+        call = GuardedCall()
+        try:
+            returned = await call.run(
+                self._plan(request), timeout=earliest(replan_left, remaining), cancel=self._cancel
+            )
+        except CancelledMeanwhile:
+            return  # the loop ends the task as cancelled
+        except TimeoutError:
+            if replan_left is not None and (remaining is None or replan_left <= remaining):
+                detail = (
+                    f"the planner was still working at the replan deadline {state.replan_deadline}"
+                )
+                ending = finish(
+                    host.state,
+                    TaskStatus.FAILED,
+                    TerminalReason.REPLAN_DEADLINE_EXPIRED,
+                    detail=detail,
+                )
+            else:
+                ending = task_deadline_finish(host.state)
+            await host.write([ending])
+            return
+        except BUGS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a planner that raises is a rejected plan
+            returned = _PlannerFailed(f"the planner raised {type(exc).__name__}: {exc}")
+        redo = redo_set(state) if kind is RevisionKind.LOCAL else frozenset()
+        plan, problems = self._shape(returned, kind, redo)
+        if plan is not None and not problems:
+            problems = review_plan(state, plan, kind=kind, redo=redo, tools=self._tools)
+        if problems:
+            await host.write(
+                reject_plan(
+                    host.state,
+                    problems=problems,
+                    plan=plan,
+                    now=host.deadline.now(),
+                    usage=call.usage,
+                )
+            )
+            return
+        if plan is None:  # pragma: no cover - _shape returns a plan or problems
+            raise AssertionError("a plan without problems must exist")
+        feedback = getattr(state.replan_action, "feedback", "")
+        reason = "initial plan" if kind is RevisionKind.INITIAL else feedback or f"{kind} replan"
+        await host.write(
+            [
+                RevisionStarted(
+                    number=len(state.revisions) + 1,
+                    revision_kind=kind,
+                    reason=reason,
+                    plan=plan,
+                    feedback=feedback,
+                    lessons=self._lessons,
+                    redo=redo,
+                    usage=call.usage,
+                )
+            ]
+        )
+
+    def _shape(
+        self, returned: object, kind: RevisionKind, redo: frozenset[str]
+    ) -> tuple[Plan | None, list[str]]:
+        if isinstance(returned, _PlannerFailed):
+            return None, [returned.problem]
+        previous = self._host.state.plan
+        if kind is RevisionKind.LOCAL and previous is not None:
+            if returned is None:
+                feedback = getattr(self._host.state.replan_action, "feedback", "")
+                return append_feedback(previous, redo, feedback), []
+            if isinstance(returned, Plan):
+                return merge_local(previous, returned, redo)
+        if returned is None:
+            return None, ["the planner returned no plan"]
+        if not isinstance(returned, Plan):
+            return None, [f"the planner returned a {type(returned).__name__}, not a Plan"]
+        return returned, []
+
+
+class _PlannerFailed:
+    """A planner call that produced no plan to look at (it raised)."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem

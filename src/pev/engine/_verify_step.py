@@ -1,0 +1,164 @@
+"""The verifying step: verdict, diagnosis and decision for the round that ran, in one write.
+
+The step checks the required evidence, calls the verifier under the engine's guard (its own
+``verify_timeout_s`` and the task deadline; the task's cancel), classifies what it returned, has
+the kernel diagnose and decide, and writes the verdict with the decision's events in one
+transaction (see docs/engine.md, "Verification and dispatch").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pev.engine._calls import BUGS, CancelledMeanwhile, GuardedCall
+from pev.engine._deadline import earliest
+from pev.engine._host import TaskHost, current
+from pev.engine._protocols import VerifyRequest
+from pev.errors import UsageError
+from pev.kernel import Budget, decide, diagnose
+from pev.ledger import (
+    Diagnosed,
+    Event,
+    TaskState,
+    VerdictRecorded,
+    dispatch,
+    executed_ok,
+    known_refs,
+    lineage_records,
+    lineage_results,
+    missing_evidence,
+)
+from pev.model import Reliability, VerificationMode, classify_verdict, passes
+
+__all__ = ["VerifyStep"]
+
+
+class VerifyStep:
+    """Verifies the current revision's round, for whatever drives it (a :class:`TaskHost`)."""
+
+    __slots__ = ("_cancel", "_host", "_lessons", "_verify")
+
+    def __init__(
+        self,
+        host: TaskHost,
+        verify: Callable[..., Awaitable[Any]] | None,
+        *,
+        cancel: asyncio.Event,
+        lessons: tuple[str, ...],
+    ) -> None:
+        self._host = host
+        self._verify = verify
+        self._cancel = cancel
+        self._lessons = lessons
+
+    async def run(self) -> None:
+        """Verify, diagnose and decide; write it all at once (nothing if time ran out)."""
+        host = self._host
+        state = host.state
+        revision = current(state)
+        mode = state.contract.mode
+        events: list[Event] = []
+        verdict = None
+        reliability: Reliability | None = None
+        missing = (
+            missing_evidence(state, revision.number) if mode is not VerificationMode.OFF else ()
+        )
+        # Enforce and recovery stop on missing evidence without asking the verifier. Audit asks
+        # it anyway (its outcome follows execution) and records recovery's stop as the shadow.
+        stop = bool(missing) and mode in (VerificationMode.ENFORCE, VerificationMode.RECOVERY)
+        if stop:
+            events.append(
+                VerdictRecorded(
+                    revision=revision.number,
+                    verdict=None,
+                    reliability=None,
+                    problems=tuple(f"no fresh 'after' evidence of kind {k!r}" for k in missing),
+                    evidence_missing=True,
+                )
+            )
+        elif mode is not VerificationMode.OFF:
+            recorded = await self._call_verifier(state)
+            if recorded is None:
+                return  # out of time: the loop ends the task
+            events.append(recorded)
+            verdict, reliability = recorded.verdict, recorded.reliability
+        diagnosis = None
+        if mode is not VerificationMode.OFF and not stop and not passes(verdict, reliability):
+            diagnosis = diagnose(
+                verdict, reliability or Reliability.MALFORMED, lineage_results(state)
+            )
+            events.append(Diagnosed(revision=revision.number, diagnosis=diagnosis))
+        decision = decide(
+            mode,
+            executed_ok=executed_ok(state),
+            verdict=verdict,
+            reliability=reliability,
+            diagnosis=diagnosis,
+            budget=Budget(
+                state.replans_used, state.policy.max_replans, state.created.task_deadline
+            ),
+            now=host.deadline.now(),
+            evidence_missing=bool(missing),
+            local_limit=state.policy.local_limit,
+        )
+        events.extend(dispatch(state, decision, now=host.deadline.now()))
+        await host.write(events)
+
+    async def _call_verifier(self, state: TaskState) -> VerdictRecorded | None:
+        """Call the verifier under the engine's guard; ``None`` if the task ran out of time."""
+        verify = self._verify
+        if verify is None:
+            raise UsageError("every verification mode but 'off' needs a verifier")
+        revision = current(state)
+        request = VerifyRequest(
+            task_id=state.task_id,
+            input=state.created.input,
+            contract=state.contract,
+            plan=revision.plan,
+            revision=revision.number,
+            results=lineage_results(state),
+            records=lineage_records(state),
+            evidence=state.evidence,
+            lessons=self._lessons,
+            reconciled={
+                record_id: event.result
+                for record_id, event in state.reconciled.items()
+                if state.records[record_id].revision >= revision.lineage
+            },
+        )
+        own = state.policy.verify_timeout_s
+        remaining = self._host.deadline.remaining_s()
+        call = GuardedCall()
+        try:
+            raw = await call.run(
+                verify(request), timeout=earliest(own, remaining), cancel=self._cancel
+            )
+        except CancelledMeanwhile:
+            return None  # the loop ends the task as cancelled
+        except TimeoutError:
+            if remaining is not None and (own is None or remaining < own):
+                return None
+            return _thrown(revision.number, f"the verifier ran past verify_timeout_s={own:g}")
+        except BUGS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a verifier that raises is `thrown`
+            return _thrown(revision.number, f"{type(exc).__name__}: {exc}")
+        check = classify_verdict(
+            raw, contract=state.contract, plan=revision.plan, known_refs=known_refs(state)
+        )
+        return VerdictRecorded(
+            revision=revision.number,
+            verdict=check.verdict,
+            reliability=check.reliability,
+            raw_digest=check.raw_digest,
+            problems=check.problems,
+            usage=call.usage,
+        )
+
+
+def _thrown(revision: int, problem: str) -> VerdictRecorded:
+    return VerdictRecorded(
+        revision=revision, verdict=None, reliability=Reliability.THROWN, problems=(problem,)
+    )

@@ -1,0 +1,227 @@
+"""Caches belong to the ledger that uses them: bounded, never shared, never changing a byte.
+
+The fold, the chain, the index row and the codec keep no values at module level. A
+:class:`~pev.ledger.Ledger` keeps the titles of its recent tasks (a bounded memo of its own), and
+:func:`~pev.ledger.seal` hands the texts it hashed to the store along with the entries, so the
+SQLite store writes them without encoding any event a second time, byte for byte as before.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sqlite3
+import types
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import pev.ledger._chain
+import pev.ledger._ledger
+import pev.ledger._machine
+import pev.ledger._state
+import pev.ledger._summary
+from pev import codec
+from pev._json import canonical_json
+from pev.ledger import (
+    GENESIS_HASH,
+    Ledger,
+    LedgerEntry,
+    RevisionKind,
+    RevisionStarted,
+    TaskCreated,
+    new_task,
+    replay,
+    seal,
+    summarize,
+)
+from pev.ledger._chain import Sealed, entry_texts
+from pev.ledger._ledger import _Titles
+from pev.ledger._summary import task_title
+from pev.model import Plan, PlanNode, TaskId, VerificationContract, VerificationMode
+from pev.policy import RecoveryPolicy
+from pev.stores import MemoryStore, SQLiteStore
+
+T0 = datetime(2026, 4, 1, tzinfo=UTC)
+GOLDEN = Path(__file__).resolve().parent / "golden"
+CONTRACT = VerificationContract(VerificationMode.OFF, "water the plants")
+PLAN = Plan("water the plants", (PlanNode("a", "water", tool="water"),))
+
+
+class Clock:
+    """A clock that moves one millisecond per reading, as a real one would between writes."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(milliseconds=1)
+        return self.now
+
+
+def created(task_id: str, goal: str = "water the plants") -> TaskCreated:
+    contract = VerificationContract(VerificationMode.OFF, goal)
+    return new_task(TaskId(task_id), input="x", contract=contract, policy=RecoveryPolicy(), now=T0)
+
+
+# --- the ledger's titles ----------------------------------------------------------------------
+
+
+async def test_each_ledger_keeps_its_own_titles() -> None:
+    """Two ledgers over one store share no memo: each keeps the titles of the tasks it wrote."""
+    store = MemoryStore()
+    first, second = Ledger(store, clock=Clock()), Ledger(store, clock=Clock())
+    assert first._titles is not second._titles
+    await first.create("x", contract=CONTRACT, task_id="t1")
+    assert (len(first._titles), len(second._titles)) == (1, 0)
+    revision = RevisionStarted(
+        number=1, revision_kind=RevisionKind.INITIAL, reason="first", plan=PLAN
+    )
+    await second.append("t1", [revision])
+    assert (len(first._titles), len(second._titles)) == (1, 1)
+    (row,) = await store.list_tasks()
+    assert row.title == "water the plants"
+
+
+async def test_the_titles_never_exceed_their_bound() -> None:
+    """Writing more tasks than the memo holds keeps it within its bound, and every row right."""
+    ledger = Ledger(MemoryStore(), clock=Clock())
+    count = _Titles.LIMIT + 20
+    for number in range(count):
+        await ledger.create(
+            "x", contract=replace(CONTRACT, goal=f"goal {number}"), task_id=f"t{number}"
+        )
+        assert len(ledger._titles) <= _Titles.LIMIT
+    rows = await ledger.tasks(limit=count)
+    assert sorted(row.title for row in rows) == sorted(f"goal {n}" for n in range(count))
+
+
+def test_a_kept_title_is_the_title_of_that_very_event() -> None:
+    """The memo answers with task_title; an equal event that is another object is not a hit."""
+    titles = _Titles()
+    event = created("t1", "  feed\n the   cat ")
+    assert titles.of(event) == task_title(event) == "feed the cat"
+    assert titles.of(event) == "feed the cat"
+    assert len(titles) == 1
+    twin = created("t1", "  feed\n the   cat ")
+    assert titles.of(twin) == "feed the cat"
+    assert len(titles) == 2
+
+
+def test_summarize_needs_no_memo() -> None:
+    """The pure index row computes its title itself; a title handed in is used as given."""
+    entries = seal(TaskId("t1"), [created("t1")], after_seq=0, prev_hash=GENESIS_HASH, at=T0)
+    state = replay(entries)
+    assert summarize(state, head_hash=entries[-1].hash).title == "water the plants"
+    assert summarize(state, head_hash=entries[-1].hash, title="kept").title == "kept"
+
+
+# --- no module keeps values -------------------------------------------------------------------
+
+MODULES = [
+    codec,
+    pev.ledger._chain,
+    pev.ledger._ledger,
+    pev.ledger._machine,
+    pev.ledger._state,
+    pev.ledger._summary,
+]
+
+
+def _module_containers() -> dict[str, int]:
+    """The size of every dict, list and set held at module level by the modules above."""
+    sizes = {}
+    for module in MODULES:
+        for name, value in vars(module).items():
+            if isinstance(value, dict | list | set | types.MappingProxyType):
+                sizes[f"{module.__name__}.{name}"] = len(value)
+    return sizes
+
+
+async def test_writing_grows_no_module_level_state(tmp_path: Path) -> None:
+    """Once every class has its codec writer, writing more tasks adds nothing at module level."""
+
+    async def run(store: SQLiteStore | MemoryStore, task_id: str) -> None:
+        ledger = Ledger(store, clock=Clock())
+        await ledger.create({"pots": 3}, contract=CONTRACT, task_id=task_id)
+        revision = RevisionStarted(
+            number=1, revision_kind=RevisionKind.INITIAL, reason="first", plan=PLAN
+        )
+        await ledger.append(task_id, [revision])
+        assert (await ledger.verify(task_id)).ok
+
+    store = SQLiteStore(tmp_path / "ledger.db")
+    try:
+        await run(store, "warm-up")
+        before = _module_containers()
+        for number in range(5):
+            await run(store, f"t{number}")
+            await run(MemoryStore(), f"t{number}")
+        assert _module_containers() == before
+    finally:
+        await store.close()
+
+
+# --- the texts handed to stores ---------------------------------------------------------------
+
+
+def golden_entries(name: str) -> tuple[list[str], list[LedgerEntry]]:
+    lines = (GOLDEN / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+    return lines, [codec.loads(line, LedgerEntry) for line in lines]
+
+
+def reseal(entries: list[LedgerEntry]) -> list[tuple[LedgerEntry, ...]]:
+    """The entries sealed again batch by batch (a batch shares one time), as a ledger seals."""
+    batches = []
+    seq, prev = 0, GENESIS_HASH
+    for at, group in itertools.groupby(entries, key=lambda entry: entry.at):
+        events = [entry.event for entry in group]
+        batch = seal(entries[0].task_id, events, after_seq=seq, prev_hash=prev, at=at)
+        batches.append(batch)
+        seq, prev = batch[-1].seq, batch[-1].hash
+    return batches
+
+
+@pytest.mark.parametrize("name", ["local_replan_then_pass", "device_failure_partial"])
+def test_sealing_writes_the_golden_bytes(name: str) -> None:
+    """Sealed again, a golden history gives the very entries and lines it was recorded with."""
+    lines, entries = golden_entries(name)
+    batches = reseal(entries)
+    resealed = [entry for batch in batches for entry in batch]
+    assert resealed == entries
+    assert [codec.dumps(entry) for entry in resealed] == lines
+    for batch in batches:
+        assert isinstance(batch, Sealed)
+        expected = [(codec.dumps(e.at), codec.dumps(e.event)) for e in batch]
+        assert list(entry_texts(batch)) == expected == list(entry_texts(list(batch)))
+
+
+def _stored_rows(path: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(path) as conn:
+        query = "SELECT task_id, seq, at, schema, kind, event, prev_hash, hash FROM pev_events"
+        return conn.execute(f"{query} ORDER BY task_id, seq").fetchall()
+
+
+@pytest.mark.parametrize("name", ["local_replan_then_pass", "device_failure_partial"])
+async def test_the_sqlite_store_keeps_the_same_bytes_with_or_without_sealed_texts(
+    name: str, tmp_path: Path
+) -> None:
+    """Sealed batches (texts handed over) and plain lists (texts encoded) store the same rows."""
+    lines, entries = golden_entries(name)
+    batches = reseal(entries)
+    for file, plain in (("sealed.db", False), ("plain.db", True)):
+        store = SQLiteStore(tmp_path / file)
+        try:
+            for batch in batches:
+                state = replay(entries[: batch[-1].seq])
+                summary = summarize(state, head_hash=batch[-1].hash)
+                await store.append(list(batch) if plain else batch, summary)
+        finally:
+            await store.close()
+    sealed = _stored_rows(tmp_path / "sealed.db")
+    assert sealed == _stored_rows(tmp_path / "plain.db")
+    recorded = [json.loads(line) for line in lines]
+    assert [row[5] for row in sealed] == [canonical_json(line["event"]) for line in recorded]
+    assert [row[2] for row in sealed] == [json.dumps(line["at"]) for line in recorded]
