@@ -1,7 +1,8 @@
 """Caches belong to the ledger that uses them: bounded, never shared, never changing a byte.
 
 The fold, the chain, the index row and the codec keep no values at module level. A
-:class:`~pev.ledger.Ledger` keeps the titles of its recent tasks (a bounded memo of its own), and
+:class:`~pev.ledger.Ledger` keeps the heads of its recent tasks (state, chain head and title: a
+bounded cache of its own), and
 :func:`~pev.ledger.seal` hands the texts it hashed to the store along with the entries, so the
 SQLite store writes them without encoding any event a second time, byte for byte as before.
 """
@@ -38,8 +39,6 @@ from pev.ledger import (
     summarize,
 )
 from pev.ledger._chain import Sealed, entry_texts
-from pev.ledger._ledger import _Titles
-from pev.ledger._summary import task_title
 from pev.model import Plan, PlanNode, TaskId, VerificationContract, VerificationMode
 from pev.policy import RecoveryPolicy
 from pev.stores import MemoryStore, SQLiteStore
@@ -66,48 +65,44 @@ def created(task_id: str, goal: str = "water the plants") -> TaskCreated:
     return new_task(TaskId(task_id), input="x", contract=contract, policy=RecoveryPolicy(), now=T0)
 
 
-# --- the ledger's titles ----------------------------------------------------------------------
+# --- the ledger's heads ----------------------------------------------------------------------
 
 
-async def test_each_ledger_keeps_its_own_titles() -> None:
-    """Two ledgers over one store share no memo: each keeps the titles of the tasks it wrote."""
+async def test_each_ledger_keeps_its_own_heads() -> None:
+    """Two ledgers over one store share nothing: each keeps the heads of the tasks it touched."""
     store = MemoryStore()
     first, second = Ledger(store, clock=Clock()), Ledger(store, clock=Clock())
-    assert first._titles is not second._titles
     await first.create("x", contract=CONTRACT, task_id="t1")
-    assert (len(first._titles), len(second._titles)) == (1, 0)
+    assert (list(first._heads), list(second._heads)) == (["t1"], [])
     revision = RevisionStarted(
         number=1, revision_kind=RevisionKind.INITIAL, reason="first", plan=PLAN
     )
     await second.append("t1", [revision])
-    assert (len(first._titles), len(second._titles)) == (1, 1)
+    assert (first._heads["t1"].seq, second._heads["t1"].seq) == (1, 2)
     (row,) = await store.list_tasks()
     assert row.title == "water the plants"
 
 
-async def test_the_titles_never_exceed_their_bound() -> None:
-    """Writing more tasks than the memo holds keeps it within its bound, and every row right."""
+async def test_the_heads_never_exceed_their_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past HEADS tasks the least recently used head goes; that task is folded again, intact."""
+    monkeypatch.setattr(Ledger, "HEADS", 4)
     ledger = Ledger(MemoryStore(), clock=Clock())
-    count = _Titles.LIMIT + 20
-    for number in range(count):
+    for number in range(6):
         await ledger.create(
             "x", contract=replace(CONTRACT, goal=f"goal {number}"), task_id=f"t{number}"
         )
-        assert len(ledger._titles) <= _Titles.LIMIT
-    rows = await ledger.tasks(limit=count)
-    assert sorted(row.title for row in rows) == sorted(f"goal {n}" for n in range(count))
-
-
-def test_a_kept_title_is_the_title_of_that_very_event() -> None:
-    """The memo answers with task_title; an equal event that is another object is not a hit."""
-    titles = _Titles()
-    event = created("t1", "  feed\n the   cat ")
-    assert titles.of(event) == task_title(event) == "feed the cat"
-    assert titles.of(event) == "feed the cat"
-    assert len(titles) == 1
-    twin = created("t1", "  feed\n the   cat ")
-    assert titles.of(twin) == "feed the cat"
-    assert len(titles) == 2
+        assert len(ledger._heads) <= 4
+    assert list(ledger._heads) == ["t2", "t3", "t4", "t5"]
+    await ledger.state("t3")  # used again: now the most recent
+    assert list(ledger._heads) == ["t2", "t4", "t5", "t3"]
+    revision = RevisionStarted(
+        number=1, revision_kind=RevisionKind.INITIAL, reason="first", plan=PLAN
+    )
+    state = await ledger.append("t0", [revision])  # its head went: folded from the store
+    assert (state.event_count, list(ledger._heads)) == (2, ["t4", "t5", "t3", "t0"])
+    rows = await ledger.tasks(limit=10)
+    assert sorted(row.title for row in rows) == sorted(f"goal {n}" for n in range(6))
+    assert (await ledger.verify("t0")).ok
 
 
 def test_summarize_needs_no_memo() -> None:

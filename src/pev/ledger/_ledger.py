@@ -21,7 +21,7 @@ from pev.errors import (
     UnknownTaskError,
 )
 from pev.ledger._chain import GENESIS_HASH, ChainReport, seal, verify_chain
-from pev.ledger._events import Event, LedgerEntry, TaskCreated
+from pev.ledger._events import Event, LedgerEntry
 from pev.ledger._machine import expire, new_task, request_cancel
 from pev.ledger._phases import TaskPhase
 from pev.ledger._state import TaskState, apply
@@ -44,61 +44,45 @@ def new_task_id() -> TaskId:
 
 
 class _Head(NamedTuple):
-    """A task's cached state and the head of its chain (a tuple: one is made per write)."""
+    """A task's folded state, the head of its chain, and its index title (one made per write)."""
 
     state: TaskState
     seq: int
     hash: str
-
-
-class _Titles:
-    """The titles of one ledger's recent tasks, by creation event: a bounded memo.
-
-    Every write makes a new index row, and its title is the one part that never changes: it is
-    :func:`~pev.ledger._summary.task_title` of the task's creation event alone, which is frozen,
-    so a title kept can never go stale. An entry holds the event itself, so the id it is kept
-    under is not reused while it lives. At most :attr:`LIMIT` titles are kept; when full, all
-    are dropped (a task written to again gets its title computed once more).
-    """
-
-    LIMIT = 256
-
-    def __init__(self) -> None:
-        self._kept: dict[int, tuple[TaskCreated, str]] = {}
-
-    def __len__(self) -> int:
-        return len(self._kept)
-
-    def of(self, created: TaskCreated) -> str:
-        """The title of the task ``created`` created."""
-        hit = self._kept.get(id(created))
-        if hit is not None and hit[0] is created:
-            return hit[1]
-        title = task_title(created)
-        if len(self._kept) >= self.LIMIT:
-            self._kept.clear()
-        self._kept[id(created)] = (created, title)
-        return title
+    title: str
 
 
 class Ledger:
     """Append-only task ledgers over a :class:`Store`.
 
-    A ledger keeps, for the tasks it writes: each task's folded state and chain head (so a
-    write folds only the new events), and the titles of recent tasks' index rows (a bounded
-    memo, see :class:`_Titles`). Both belong to this ledger alone; nothing is shared between
-    ledgers through module state.
+    A ledger keeps the head of each task it reads or writes: the folded state, the chain's last
+    sequence number and hash, and the title of the task's index row (which never changes). So a
+    write folds only its new events and a read folds only what other writers added since. The
+    heads belong to this ledger alone (nothing is shared between ledgers through module state);
+    at most :attr:`HEADS` tasks are kept, the least recently used going first, and a task whose
+    head went is folded from its store again when next read or written.
 
     Args:
         store: Where the events are kept.
         clock: Returns the current UTC time; injected so tests and replays control time.
     """
 
+    HEADS = 1024
+    """The most task heads one ledger keeps."""
+
     def __init__(self, store: Store, *, clock: Callable[[], datetime] = utc_now) -> None:
         self._store = store
         self._clock = clock
         self._heads: dict[str, _Head] = {}
-        self._titles = _Titles()
+
+    def _keep(self, task_id: str, head: _Head) -> _Head:
+        """Remember ``head`` as the task's latest, dropping the least recently kept past HEADS."""
+        heads = self._heads
+        heads.pop(task_id, None)  # re-inserted last: the dict's order is the order of use
+        heads[task_id] = head
+        if len(heads) > self.HEADS:
+            del heads[next(iter(heads))]
+        return head
 
     @property
     def store(self) -> Store:
@@ -134,9 +118,7 @@ class Ledger:
             now=self._clock(),
             components=components,
         )
-        state, _ = await self._write(
-            None, created.task_id, (created,), after_seq=0, prev=GENESIS_HASH
-        )
+        state, _ = await self._write(None, created.task_id, (created,))
         return state
 
     async def state(self, task_id: str) -> TaskState:
@@ -150,16 +132,19 @@ class Ledger:
     async def _head(self, task_id: str) -> _Head:
         head = self._heads.get(task_id)
         entries = await self._store.read(task_id, after=head.seq if head else 0)
+        state = head.state if head else None
         for entry in entries:
-            state = apply(head.state if head else None, entry.event, at=entry.at)
-            head = _Head(state, entry.seq, entry.hash)
-        if head is None:
+            state = apply(state, entry.event, at=entry.at)
+        if state is None:
             raise UnknownTaskError(task_id)
-        # A write that finished while this read was in flight may have cached a newer head.
-        cached = self._heads.get(task_id)
-        if cached is None or cached.seq <= head.seq:
-            self._heads[task_id] = head
-        return self._heads[task_id]
+        if head is None or entries:
+            title = head.title if head else task_title(state.created)
+            head = _Head(state, entries[-1].seq, entries[-1].hash, title)
+        # A write that finished while this read was in flight may have kept a newer head.
+        kept = self._heads.get(task_id)
+        if kept is not None and kept.seq > head.seq:
+            return kept
+        return self._keep(task_id, head)
 
     async def append(self, task_id: str, events: Sequence[Event]) -> TaskState:
         """Append events to a task in one durable transaction, and return the new state.
@@ -183,36 +168,37 @@ class Ledger:
         # The cached head is enough: if another writer moved the task on, the store refuses the
         # stale sequence number with ConflictError and the cache is dropped.
         head = self._heads.get(task_id) or await self._head(task_id)
-        return await self._write(head.state, task_id, events, after_seq=head.seq, prev=head.hash)
+        return await self._write(head, task_id, events)
 
     async def _write(
-        self,
-        state: TaskState | None,
-        task_id: str,
-        events: Sequence[Event],
-        *,
-        after_seq: int,
-        prev: str,
+        self, head: _Head | None, task_id: str, events: Sequence[Event]
     ) -> tuple[TaskState, tuple[LedgerEntry, ...]]:
-        if not events and state is not None:
-            return state, ()
+        """Fold, seal and append ``events`` after ``head`` (``None``: a new task's first)."""
+        if not events and head is not None:
+            return head.state, ()
         at = self._clock()
-        new_state = state
+        new_state = head.state if head is not None else None
         for event in events:
             new_state = apply(new_state, event, at=at)
         if new_state is None:
             raise StateError("nothing to write", task_id=task_id, state="none")
         # The sealed entries carry the texts they were hashed from, so a store that keeps texts
         # does not encode the events again.
-        entries = seal(new_state.task_id, events, after_seq=after_seq, prev_hash=prev, at=at)
-        title = self._titles.of(new_state.created)
+        entries = seal(
+            new_state.task_id,
+            events,
+            after_seq=head.seq if head is not None else 0,
+            prev_hash=head.hash if head is not None else GENESIS_HASH,
+            at=at,
+        )
+        title = head.title if head is not None else task_title(new_state.created)
         summary = summarize(new_state, head_hash=entries[-1].hash, title=title)
         try:
             await self._store.append(entries, summary)
         except ConflictError:
             self._heads.pop(task_id, None)
             raise
-        self._heads[task_id] = _Head(new_state, entries[-1].seq, entries[-1].hash)
+        self._keep(task_id, _Head(new_state, entries[-1].seq, entries[-1].hash, title))
         return new_state, entries
 
     async def entries(self, task_id: str) -> tuple[LedgerEntry, ...]:
