@@ -313,6 +313,22 @@ def test_suggests_the_closest_valid_name(workdir: Path) -> None:
     assert caught.value.field == "components.planner"
 
 
+def test_an_attribute_error_inside_a_module_is_reported_as_its_import_failing(
+    workdir: Path,
+) -> None:
+    """A module whose own code raises AttributeError is not taken for a missing attribute."""
+    (workdir / "stale.py").write_text("import os\n\nos.no_such_thing\n", encoding="utf-8")
+    path = _task_file(workdir, f"{C}planner = 'stale:planner'\n{TOOL}")
+    code, out = _pev(workdir, "run", str(path))
+    assert code == 2
+    assert out.splitlines() == [
+        (
+            f"pev: {path}: components.planner: importing 'stale' failed (AttributeError: "
+            "module 'os' has no attribute 'no_such_thing'); fix the module"
+        )
+    ]
+
+
 def test_missing_task_file_is_one_line(workdir: Path) -> None:
     """A task file that does not exist is a one-line error naming it (exit 2)."""
     code, out = _pev(workdir, "run", "nowhere.toml")

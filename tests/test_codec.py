@@ -13,12 +13,20 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.support.strategies import (
+    contracts,
+    evidences,
+    json_objects,
+    plans,
+    records,
+    results,
+    texts,
+    verdicts,
+)
 
 from pev import codec
 from pev.errors import CodecError, PevError
 from pev.model import (
-    CriterionResult,
-    CriterionStatus,
     DeviceFailure,
     Effect,
     Evidence,
@@ -30,127 +38,25 @@ from pev.model import (
     Plan,
     PlanNode,
     RecordId,
-    RecordStatus,
     Success,
     TaskId,
     Verdict,
     VerdictStatus,
     VerificationContract,
-    VerificationMode,
     VerifierFailure,
     canonical_json,
-    freeze_json,
 )
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
-# ---- strategies ------------------------------------------------------------------------------
-
-TEXT = st.text(max_size=12)
-JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | TEXT,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXT, children, max_size=4),
-    max_leaves=15,
-).map(freeze_json)
-OBJECTS = st.dictionaries(TEXT, JSON, max_size=4).map(JsonObject)
-# Hypothesis takes naive bounds and attaches the zones itself.
-TIMES = st.datetimes(
-    min_value=datetime(2000, 1, 1),  # noqa: DTZ001
-    max_value=datetime(2100, 1, 1),  # noqa: DTZ001
-    timezones=st.sampled_from(
-        [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))]
-    ),
-)
-TEXTS = st.lists(TEXT, max_size=3).map(tuple)
-
-NODES = st.builds(
-    PlanNode,
-    id=TEXT,
-    description=TEXT,
-    tool=st.none() | TEXT,
-    args=OBJECTS,
-    after=TEXTS,
-    effect=st.sampled_from(Effect),
-)
-PLANS = st.builds(Plan, goal=TEXT, nodes=st.lists(NODES, max_size=4).map(tuple))
-CRITERIA = st.builds(
-    CriterionResult, criterion=TEXT, status=st.sampled_from(CriterionStatus), evidence_refs=TEXTS
-)
-VERDICTS = st.builds(
-    Verdict,
-    status=st.sampled_from(VerdictStatus),
-    failed_nodes=st.frozensets(TEXT, max_size=3),
-    feedback=TEXT,
-    criteria=st.lists(CRITERIA, max_size=3).map(tuple),
-    unmet_criteria=TEXTS,
-    preserved_constraints=TEXTS,
-    guidance=TEXT,
-    evidence_refs=TEXTS,
-)
-RECORDS = st.builds(
-    ExecutionRecord,
-    id=TEXT.map(RecordId),
-    task_id=TEXT.map(TaskId),
-    revision=st.integers(min_value=1, max_value=1000),
-    node_id=TEXT,
-    tool=st.none() | TEXT,
-    args_digest=st.text("0123456789abcdef", min_size=64, max_size=64),
-    effect=st.sampled_from(Effect),
-    idempotency_key=TEXT,
-    status=st.sampled_from(RecordStatus),
-    created_at=TIMES,
-    updated_at=TIMES,
-    error=st.none() | TEXT,
-)
-EVIDENCE = st.builds(
-    Evidence,
-    id=TEXT.map(EvidenceId),
-    phase=st.sampled_from(EvidencePhase),
-    kind=st.sampled_from(["state", "image", "depth"]),
-    source=TEXT,
-    captured_at=TIMES,
-    revision=st.integers(min_value=1, max_value=1000),
-    payload=JSON,
-    artifact=st.none() | st.binary(max_size=64),
-    media_type=st.none() | st.just("image/png"),
-)
-RESULTS: st.SearchStrategy[NodeResult] = st.one_of(
-    st.builds(Success, value=JSON),
-    st.builds(
-        DeviceFailure,
-        node_id=TEXT,
-        error=TEXT,
-        is_timeout=st.booleans(),
-        outcome_unknown=st.booleans(),
-    ),
-    st.builds(VerifierFailure, node_id=TEXT, reason=TEXT),
-)
-CONTRACTS = st.one_of(
-    st.builds(VerificationContract, mode=st.just(VerificationMode.OFF)),
-    st.builds(
-        VerificationContract,
-        mode=st.sampled_from([m for m in VerificationMode if m is not VerificationMode.OFF]),
-        goal=st.text(min_size=1, max_size=10).filter(str.strip),
-        success_criteria=st.lists(
-            st.text(min_size=1, max_size=10).filter(str.strip), min_size=1, max_size=3, unique=True
-        ).map(tuple),
-        constraints=TEXTS,
-        required_evidence=st.lists(st.sampled_from(["state", "image"]), max_size=2).map(tuple),
-    ),
-)
-
 # Each value strategy with the type the codec decodes it into.
 VALUES = st.one_of(
-    PLANS.map(lambda v: (v, Plan)),
-    VERDICTS.map(lambda v: (v, Verdict)),
-    RECORDS.map(lambda v: (v, ExecutionRecord)),
-    EVIDENCE.map(lambda v: (v, Evidence)),
-    RESULTS.map(lambda v: (v, NodeResult)),
-    CONTRACTS.map(lambda v: (v, VerificationContract)),
+    plans.map(lambda v: (v, Plan)),
+    verdicts.map(lambda v: (v, Verdict)),
+    records.map(lambda v: (v, ExecutionRecord)),
+    evidences.map(lambda v: (v, Evidence)),
+    results.map(lambda v: (v, NodeResult)),
+    contracts.map(lambda v: (v, VerificationContract)),
 )
 
 
@@ -250,7 +156,7 @@ def test_encode_gives_plain_json(value_and_type: tuple[object, Any]) -> None:
     assert json.loads(json.dumps(encoded)) == encoded
 
 
-@given(st.frozensets(TEXT, max_size=6))
+@given(st.frozensets(texts, max_size=6))
 def test_dumps_does_not_depend_on_set_order(nodes: frozenset[str]) -> None:
     """A frozenset is written sorted, so equal verdicts have equal text."""
     forward = Verdict(VerdictStatus.FAILURE, failed_nodes=frozenset(sorted(nodes)))
@@ -259,7 +165,7 @@ def test_dumps_does_not_depend_on_set_order(nodes: frozenset[str]) -> None:
     assert codec.dumps(forward) == codec.dumps(backward)
 
 
-@given(OBJECTS, st.randoms())
+@given(json_objects, st.randoms())
 def test_dumps_does_not_depend_on_key_order(args: JsonObject, random: Any) -> None:
     """Args built in another key order give the same text."""
     keys = list(args)

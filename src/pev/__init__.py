@@ -3,14 +3,18 @@
 pev diagnoses why something failed before deciding what to do next (Plan → Execute → Verify →
 Diagnose → Dispatch), and keeps every plan of a task in an append-only, hash-chained ledger.
 
-The packages follow the specification's sections:
+The packages (docs/design.md says what each promises, docs/architecture.md how they layer):
 
-* :mod:`pev.engine`: the loop (``run``, ``run_sync``, ``resume``, ``cancel``) and ``@tool``;
+* :mod:`pev.engine`: :class:`Agent`, the loop (``run``, ``run_sync``, ``resume``, ``cancel``)
+  and ``@tool``;
 * :mod:`pev.model`: the data model (plans, node results, records, evidence, contracts, verdicts);
 * :mod:`pev.kernel`: the pure decision functions (diagnose, to_replan_action, decide);
 * :mod:`pev.ledger`: events, the fold, the task state machine and the hash chain;
 * :mod:`pev.stores`: the ledger stores (in-memory, SQLite);
 * :mod:`pev.rails`: observers of the loop; :mod:`pev.testing`: test doubles for your agents;
+* :mod:`pev.experience`: episodes, and the lessons learned from them;
+* :mod:`pev.chat`: the chat-model seam; :mod:`pev.llm`: LLM planners and verifiers over it;
+* :mod:`pev.sim`: the simulator demo (the ``sim`` extra);
 * :mod:`pev.codec`: the one JSON codec; :mod:`pev.errors`: every exception pev raises.
 
 The most used names are re-exported here.

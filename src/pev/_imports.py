@@ -2,15 +2,15 @@
 
 An import path is ``module:attribute``, where ``attribute`` may be dotted
 (``myapp.agents:booking``, ``myapp.tools:Payments.refund``). Task files, the ledger (which records
-the path of each component a task was given, so that ``resume`` and workers rebuild it) and the
-command line all use this format, and all resolve it here, with :func:`pkgutil.resolve_name`
-underneath and a did-you-mean hint on top when a name is misspelt.
+the path of each component a task was given, so that ``resume`` rebuilds it, in this process or
+another) and the command line all use this format, and all resolve it here: the module is
+imported, then each attribute read in turn, with a did-you-mean hint when a name is misspelt.
 
 What a path names is used as it is, with one exception: a class is instantiated with no
 arguments, since a component is an object, never a class. Ledgers written before this rule spelt
 that ``module:Class()``; the trailing ``()`` is still read.
 
-Importing runs the module's code: an import path is trusted input (see docs/design.md).
+Importing runs the module's code: an import path is trusted input (docs/design.md §5.4).
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-import pkgutil
 import re
 
 from pev.errors import UsageError
 
 __all__ = ["ImportPathError", "check_import_path", "resolve"]
 
-_FORMAT = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_FORMAT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _LEGACY_CALL = "()"
 
 
@@ -79,9 +78,10 @@ def resolve(path: str) -> object:
 
 
 def _lookup(name: str, path: str) -> object:
+    """Import the module, then read each attribute; every problem is one line naming the fix."""
     module_name, _, attribute = name.partition(":")
     try:
-        return pkgutil.resolve_name(name)
+        target: object = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
             raise ImportPathError(
@@ -91,25 +91,27 @@ def _lookup(name: str, path: str) -> object:
         raise ImportPathError(
             path, f"importing {module_name!r} failed ({exc}); install what it needs"
         ) from None
-    except AttributeError:
-        raise ImportPathError(path, _missing_attribute(module_name, attribute)) from None
     except Exception as exc:  # noqa: BLE001 - any error in the user's module is a one-line report
-        raise ImportPathError(
-            path,
-            f"importing {module_name!r} failed ({type(exc).__name__}: {exc}); fix the module",
-        ) from None
-
-
-def _missing_attribute(module_name: str, attribute: str) -> str:
-    """Which part of ``attribute`` is missing, with the closest existing name."""
-    target: object = importlib.import_module(module_name)
+        raise _failed(module_name, exc, path) from None
     owner = module_name
     for part in attribute.split("."):
-        if not hasattr(target, part):
-            names = [name for name in dir(target) if not name.startswith("_")]
+        try:
+            found = getattr(target, part)
+        except AttributeError:
+            names = [n for n in dir(target) if not n.startswith("_")]
             close = difflib.get_close_matches(part, names, n=1)
             hint = f"did you mean {close[0]!r}?" if close else "check the name after the ':'"
-            return f"{owner!r} has no attribute {part!r}; {hint}"
-        target = getattr(target, part)
+            raise ImportPathError(path, f"{owner!r} has no attribute {part!r}; {hint}") from None
+        except Exception as exc:  # noqa: BLE001 - a lazy attribute whose import fails, say
+            raise _failed(module_name, exc, path) from None
+        target = found
         owner = f"{owner}:{part}" if owner == module_name else f"{owner}.{part}"
-    return f"{module_name}:{attribute} could not be resolved"  # pragma: no cover - raced import
+    return target
+
+
+def _failed(module_name: str, exc: Exception, path: str) -> ImportPathError:
+    """Importing the module (or one of its lazy attributes) raised ``exc``."""
+    fix = "install what it needs" if isinstance(exc, ImportError) else "fix the module"
+    return ImportPathError(
+        path, f"importing {module_name!r} failed ({type(exc).__name__}: {exc}); {fix}"
+    )

@@ -181,6 +181,26 @@ async def test_a_recorded_agent_path_that_is_no_agent_is_refused(payments: Modul
     assert raised.value.role == "agent"
 
 
+async def test_tools_given_on_resume_replace_a_recorded_executor_unloaded(
+    payments: ModuleType,
+) -> None:
+    """tools=... takes the place of the recorded executor, whose path is never imported."""
+    store = pev.MemoryStore()
+    await Ledger(store).create(
+        "pay the bill",
+        components={
+            "planner": f"{payments.__name__}:planner",
+            "executor": "pev_no_such_module:Arm",
+        },
+        task_id="bill-5",
+    )
+
+    result = await pev.resume("bill-5", store=store, tools=[payments.pay_tool])
+
+    assert result.ok
+    assert len(charges(payments)) == 1
+
+
 def test_pev_resume_rebuilds_the_decorated_tool(
     payments: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

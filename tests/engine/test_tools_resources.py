@@ -34,6 +34,18 @@ class _Probe:
         with self._lock:
             self.active -= 1
 
+    async def visit(self) -> None:
+        """One async call: inside for a moment."""
+        self.enter()
+        await asyncio.sleep(SHORT / 5)
+        self.leave()
+
+    def stay(self) -> None:
+        """One sync call (in a thread): inside for a moment."""
+        self.enter()
+        time.sleep(SHORT / 5)
+        self.leave()
+
 
 # --- executor: resources ----------------------------------------------------------------------
 
@@ -44,15 +56,11 @@ async def test_tools_sharing_a_resource_never_overlap() -> None:
 
     @tool(resource="arm")
     async def reach() -> None:
-        probe.enter()
-        await asyncio.sleep(SHORT / 5)
-        probe.leave()
+        await probe.visit()
 
     @tool(resource="arm")
     def grip() -> None:
-        probe.enter()
-        time.sleep(SHORT / 5)
-        probe.leave()
+        probe.stay()
 
     executor = ToolExecutor([reach, grip])
     nodes = [_node(name, f"n{i}") for i, name in enumerate(["reach", "grip"] * 3)]
@@ -67,9 +75,7 @@ async def test_a_resource_is_shared_across_executors_given_one_table() -> None:
 
     @tool(resource="arm")
     async def reach() -> None:
-        probe.enter()
-        await asyncio.sleep(SHORT / 5)
-        probe.leave()
+        await probe.visit()
 
     shared = Resources()
     first = ToolExecutor([reach], resources=shared)
@@ -86,35 +92,45 @@ async def test_tools_without_a_resource_overlap() -> None:
 
     @tool
     async def look() -> None:
-        probe.enter()
-        await asyncio.sleep(SHORT / 5)
-        probe.leave()
+        await probe.visit()
 
     executor = ToolExecutor([look])
     await asyncio.gather(*(executor.execute(_node("look"), _context()) for _ in range(3)))
     assert probe.peak == 3
 
 
+class _HeldArm:
+    """Tool 'hold' keeps resource 'arm' until released; tool 'move' on the arm notes its calls."""
+
+    def __init__(self, move_timeout_s: float | None = None) -> None:
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+        self.calls: list[str] = []
+
+        @tool(resource="arm")
+        async def hold() -> None:
+            self.holding.set()
+            await self.release.wait()
+
+        @tool(resource="arm", timeout_s=move_timeout_s)
+        async def move() -> None:
+            self.calls.append("move")
+
+        self.executor = ToolExecutor([hold, move])
+
+    async def hold(self) -> asyncio.Task[object]:
+        """Start 'hold' and return its task once it holds the arm."""
+        holder = asyncio.create_task(self.executor.execute(_node("hold"), _context()))
+        await self.holding.wait()
+        return holder
+
+
 async def test_waiting_for_a_resource_counts_against_the_timeout() -> None:
     """A call that times out in the resource queue never started: outcome known."""
-    holding = asyncio.Event()
-    release = asyncio.Event()
-    calls: list[str] = []
-
-    @tool(resource="arm")
-    async def hold() -> None:
-        holding.set()
-        await release.wait()
-
-    @tool(resource="arm", timeout_s=SHORT)
-    async def move() -> None:
-        calls.append("move")
-
-    executor = ToolExecutor([hold, move])
-    holder = asyncio.create_task(executor.execute(_node("hold"), _context()))
-    await holding.wait()
-    result = await executor.execute(_node("move"), _context())
-    release.set()
+    arm = _HeldArm(move_timeout_s=SHORT)
+    holder = await arm.hold()
+    result = await arm.executor.execute(_node("move"), _context())
+    arm.release.set()
     assert await holder == Success(None)
     assert result == DeviceFailure(
         "n1",
@@ -122,7 +138,7 @@ async def test_waiting_for_a_resource_counts_against_the_timeout() -> None:
         "'arm'; it never started",
         is_timeout=True,
     )
-    assert calls == []
+    assert arm.calls == []
 
 
 async def test_a_sync_tool_that_timed_out_keeps_its_resource_until_it_returns() -> None:
@@ -154,27 +170,13 @@ async def test_a_sync_tool_that_timed_out_keeps_its_resource_until_it_returns() 
 
 async def test_cancelled_while_waiting_for_a_resource_means_not_called() -> None:
     """Cancellation noticed after the resource wait still stops the call."""
-    release = asyncio.Event()
-    holding = asyncio.Event()
-    calls: list[str] = []
-
-    @tool(resource="arm")
-    async def hold() -> None:
-        holding.set()
-        await release.wait()
-
-    @tool(resource="arm")
-    async def move() -> None:
-        calls.append("move")
-
-    executor = ToolExecutor([hold, move])
-    holder = asyncio.create_task(executor.execute(_node("hold"), _context()))
-    await holding.wait()
+    arm = _HeldArm()
+    holder = await arm.hold()
     context = _context()
-    waiter = asyncio.create_task(executor.execute(_node("move"), context))
+    waiter = asyncio.create_task(arm.executor.execute(_node("move"), context))
     await asyncio.sleep(0)
     context.cancelled.set()
-    release.set()
+    arm.release.set()
     await holder
     assert await waiter == DeviceFailure("n1", "tool 'move' was cancelled before it started")
-    assert calls == []
+    assert arm.calls == []

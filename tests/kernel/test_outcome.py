@@ -50,7 +50,7 @@ def test_every_status_has_a_row() -> None:
     assert set(STATUS_REASONS) == set(TaskStatus)
 
 
-def test_terminal_reasons_are_spec_vocabulary() -> None:
+def test_terminal_reasons_are_the_documented_vocabulary() -> None:
     """TerminalReason names exactly the twelve endings of docs/design.md §3.4."""
     assert {reason.value for reason in TerminalReason} == {
         "passed",

@@ -2,9 +2,9 @@
 
 The fold, the chain, the index row and the codec keep no values at module level. A
 :class:`~pev.ledger.Ledger` keeps the heads of its recent tasks (state, chain head and title: a
-bounded cache of its own), and
-:func:`~pev.ledger.seal` hands the texts it hashed to the store along with the entries, so the
-SQLite store writes them without encoding any event a second time, byte for byte as before.
+bounded cache of its own), and :func:`~pev.ledger.seal` hands the texts it hashed to the store
+along with the entries, so the SQLite store writes them without encoding any event a second
+time, byte for byte as before.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import json
 import sqlite3
 import types
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from tests.support import builders
+from tests.support.builders import T0
 
 import pev.ledger._chain
 import pev.ledger._ledger
@@ -26,43 +28,21 @@ import pev.ledger._state
 import pev.ledger._summary
 from pev import codec
 from pev._json import canonical_json
-from pev.ledger import (
-    GENESIS_HASH,
-    Ledger,
-    LedgerEntry,
-    RevisionKind,
-    RevisionStarted,
-    TaskCreated,
-    new_task,
-    replay,
-    seal,
-    summarize,
-)
+from pev.ledger import GENESIS_HASH, Ledger, LedgerEntry, replay, seal, summarize
 from pev.ledger._chain import Sealed, entry_texts
 from pev.model import Plan, PlanNode, TaskId, VerificationContract, VerificationMode
-from pev.policy import RecoveryPolicy
 from pev.stores import MemoryStore, SQLiteStore
+from pev.testing import FakeClock
 
-T0 = datetime(2026, 4, 1, tzinfo=UTC)
 GOLDEN = Path(__file__).resolve().parent / "golden"
 CONTRACT = VerificationContract(VerificationMode.OFF, "water the plants")
 PLAN = Plan("water the plants", (PlanNode("a", "water", tool="water"),))
+FIRST_REVISION = builders.revision(1, plan=PLAN, reason="first")
 
 
-class Clock:
+def clock() -> FakeClock:
     """A clock that moves one millisecond per reading, as a real one would between writes."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(milliseconds=1)
-        return self.now
-
-
-def created(task_id: str, goal: str = "water the plants") -> TaskCreated:
-    contract = VerificationContract(VerificationMode.OFF, goal)
-    return new_task(TaskId(task_id), input="x", contract=contract, policy=RecoveryPolicy(), now=T0)
+    return FakeClock(T0, step=timedelta(milliseconds=1))
 
 
 # --- the ledger's heads ----------------------------------------------------------------------
@@ -71,13 +51,10 @@ def created(task_id: str, goal: str = "water the plants") -> TaskCreated:
 async def test_each_ledger_keeps_its_own_heads() -> None:
     """Two ledgers over one store share nothing: each keeps the heads of the tasks it touched."""
     store = MemoryStore()
-    first, second = Ledger(store, clock=Clock()), Ledger(store, clock=Clock())
+    first, second = Ledger(store, clock=clock()), Ledger(store, clock=clock())
     await first.create("x", contract=CONTRACT, task_id="t1")
     assert (list(first._heads), list(second._heads)) == (["t1"], [])
-    revision = RevisionStarted(
-        number=1, revision_kind=RevisionKind.INITIAL, reason="first", plan=PLAN
-    )
-    await second.append("t1", [revision])
+    await second.append("t1", [FIRST_REVISION])
     assert (first._heads["t1"].seq, second._heads["t1"].seq) == (1, 2)
     (row,) = await store.list_tasks()
     assert row.title == "water the plants"
@@ -86,7 +63,7 @@ async def test_each_ledger_keeps_its_own_heads() -> None:
 async def test_the_heads_never_exceed_their_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past HEADS tasks the least recently used head goes; that task is folded again, intact."""
     monkeypatch.setattr(Ledger, "HEADS", 4)
-    ledger = Ledger(MemoryStore(), clock=Clock())
+    ledger = Ledger(MemoryStore(), clock=clock())
     for number in range(6):
         await ledger.create(
             "x", contract=replace(CONTRACT, goal=f"goal {number}"), task_id=f"t{number}"
@@ -95,10 +72,7 @@ async def test_the_heads_never_exceed_their_bound(monkeypatch: pytest.MonkeyPatc
     assert list(ledger._heads) == ["t2", "t3", "t4", "t5"]
     await ledger.state("t3")  # used again: now the most recent
     assert list(ledger._heads) == ["t2", "t4", "t5", "t3"]
-    revision = RevisionStarted(
-        number=1, revision_kind=RevisionKind.INITIAL, reason="first", plan=PLAN
-    )
-    state = await ledger.append("t0", [revision])  # its head went: folded from the store
+    state = await ledger.append("t0", [FIRST_REVISION])  # its head went: folded from the store
     assert (state.event_count, list(ledger._heads)) == (2, ["t4", "t5", "t3", "t0"])
     rows = await ledger.tasks(limit=10)
     assert sorted(row.title for row in rows) == sorted(f"goal {n}" for n in range(6))
@@ -107,7 +81,8 @@ async def test_the_heads_never_exceed_their_bound(monkeypatch: pytest.MonkeyPatc
 
 def test_summarize_needs_no_memo() -> None:
     """The pure index row computes its title itself; a title handed in is used as given."""
-    entries = seal(TaskId("t1"), [created("t1")], after_seq=0, prev_hash=GENESIS_HASH, at=T0)
+    event = builders.created(CONTRACT, task_id="t1", input="x")
+    entries = seal(TaskId("t1"), [event], after_seq=0, prev_hash=GENESIS_HASH, at=T0)
     state = replay(entries)
     assert summarize(state, head_hash=entries[-1].hash).title == "water the plants"
     assert summarize(state, head_hash=entries[-1].hash, title="kept").title == "kept"
@@ -139,12 +114,9 @@ async def test_writing_grows_no_module_level_state(tmp_path: Path) -> None:
     """Once every class has its codec writer, writing more tasks adds nothing at module level."""
 
     async def run(store: SQLiteStore | MemoryStore, task_id: str) -> None:
-        ledger = Ledger(store, clock=Clock())
+        ledger = Ledger(store, clock=clock())
         await ledger.create({"pots": 3}, contract=CONTRACT, task_id=task_id)
-        revision = RevisionStarted(
-            number=1, revision_kind=RevisionKind.INITIAL, reason="first", plan=PLAN
-        )
-        await ledger.append(task_id, [revision])
+        await ledger.append(task_id, [FIRST_REVISION])
         assert (await ledger.verify(task_id)).ok
 
     store = SQLiteStore(tmp_path / "ledger.db")

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
-from tests.support.builders import T0, TASK, dispatched, evidence, finished, fold
+from tests.support.builders import T0, TASK, evidence, fold
 from tests.support.phases import (
     ACTIVE,
     AWAITING_REPLAN,
     CANCELLING,
     CONTRACT,
+    ENDINGS,
+    EVENTS,
     EXECUTING,
     HISTORIES,
     created,
@@ -25,42 +27,23 @@ from tests.support.phases import (
 )
 
 from pev.errors import StateError
-from pev.kernel import (
-    STATUS_REASONS,
-    Diagnosis,
-    Finish,
-    LocalReplan,
-    RootCause,
-    TaskStatus,
-    TerminalReason,
-)
+from pev.kernel import STATUS_REASONS, LocalReplan, TaskStatus, TerminalReason
 from pev.ledger import (
     GENESIS_HASH,
-    AwaitingReplan,
     CancelRequested,
-    CaptureFailed,
-    Diagnosed,
-    Dispatched,
     Event,
     EvidenceCaptured,
     LedgerEntry,
-    NodeFinished,
-    NodeProgressed,
-    NodeSkipped,
-    PlanRejected,
-    RecordReconciled,
-    ReplanStarted,
     RevisionKind,
     RoundExecuted,
     TaskFinished,
     TaskPhase,
     TaskState,
-    VerdictRecorded,
     apply,
     replay,
     seal,
 )
-from pev.model import EvidencePhase, RecordId, RecordStatus, Reliability, Success, Verdict
+from pev.ledger._phases import SETTLED_ON_RESUME
 
 
 @dataclass(frozen=True)
@@ -73,90 +56,46 @@ class Row:
 
 
 # The transition table of the fold, one row per event kind (NodeFinished twice: live and resume).
+# The events are the parcel task's (tests/support/phases.py); the phases are stated here, apart
+# from the code's own tables.
 TABLE = {
-    "task_created": Row(created(), frozenset()),
+    "task_created": Row(EVENTS["task_created"], frozenset()),
     "replan_started": Row(
-        ReplanStarted(planning=RevisionKind.LOCAL, attempt=2),
-        frozenset({TaskPhase.AWAITING_REPLAN}),
-        TaskPhase.PLANNING,
+        EVENTS["replan_started"], frozenset({TaskPhase.AWAITING_REPLAN}), TaskPhase.PLANNING
     ),
     "revision_started": Row(
-        revision(2, RevisionKind.LOCAL, redo=frozenset({"b"})),
-        frozenset({TaskPhase.PLANNING}),
-        TaskPhase.EXECUTING,
+        EVENTS["revision_started"], frozenset({TaskPhase.PLANNING}), TaskPhase.EXECUTING
     ),
-    "plan_rejected": Row(
-        PlanRejected(planning=RevisionKind.LOCAL, attempt=2, problems=("node x is unknown",)),
-        frozenset({TaskPhase.PLANNING}),
-    ),
-    "node_dispatched": Row(dispatched("r3", "c"), frozenset({TaskPhase.EXECUTING})),
+    "plan_rejected": Row(EVENTS["plan_rejected"], frozenset({TaskPhase.PLANNING})),
+    "node_dispatched": Row(EVENTS["node_dispatched"], frozenset({TaskPhase.EXECUTING})),
     "node_progressed": Row(
-        NodeProgressed(record_id=RecordId("r1"), status=RecordStatus.RUNNING, at=T0),
-        frozenset({TaskPhase.EXECUTING, TaskPhase.CANCELLING}),
+        EVENTS["node_progressed"], frozenset({TaskPhase.EXECUTING, TaskPhase.CANCELLING})
     ),
     "node_finished": Row(
-        finished("r1", Success({"shelf": "full"})),
-        frozenset({TaskPhase.EXECUTING, TaskPhase.CANCELLING}),
+        EVENTS["node_finished"], frozenset({TaskPhase.EXECUTING, TaskPhase.CANCELLING})
     ),
-    "node_finished_on_resume": Row(
-        NodeFinished(
-            record_id=RecordId("r1"),
-            status=RecordStatus.UNKNOWN,
-            result=None,
-            at=T0,
-            settled_on_resume=True,
-        ),
-        ACTIVE,
-    ),
+    "node_finished_on_resume": Row(EVENTS[SETTLED_ON_RESUME], ACTIVE),
     "node_skipped": Row(
-        NodeSkipped(revision=1, node_id="c", blocked_by=("b",)),
-        frozenset({TaskPhase.EXECUTING, TaskPhase.CANCELLING}),
+        EVENTS["node_skipped"], frozenset({TaskPhase.EXECUTING, TaskPhase.CANCELLING})
     ),
-    "record_reconciled": Row(
-        RecordReconciled(record_id=RecordId("r2"), result=Success("moved")), ACTIVE
-    ),
-    "evidence_captured": Row(EvidenceCaptured(evidence=evidence()), ACTIVE),
-    "capture_failed": Row(
-        CaptureFailed(revision=1, phase=EvidencePhase.AFTER, error="camera offline"), ACTIVE
-    ),
+    "record_reconciled": Row(EVENTS["record_reconciled"], ACTIVE),
+    "evidence_captured": Row(EVENTS["evidence_captured"], ACTIVE),
+    "capture_failed": Row(EVENTS["capture_failed"], ACTIVE),
     "round_executed": Row(
-        RoundExecuted(revision=1, executed_ok=False),
-        frozenset({TaskPhase.EXECUTING}),
-        TaskPhase.VERIFYING,
+        EVENTS["round_executed"], frozenset({TaskPhase.EXECUTING}), TaskPhase.VERIFYING
     ),
-    "verdict_recorded": Row(
-        VerdictRecorded(
-            revision=1,
-            verdict=Verdict.failed(CONTRACT, failed_nodes=["b"]),
-            reliability=Reliability.OK,
-        ),
-        frozenset({TaskPhase.VERIFYING}),
-    ),
-    "diagnosed": Row(
-        Diagnosed(
-            revision=1, diagnosis=Diagnosis(RootCause.PLAN_OR_ANSWER_ERROR, frozenset({"b"}))
-        ),
-        frozenset({TaskPhase.VERIFYING}),
-    ),
-    "dispatched": Row(
-        Dispatched(
-            revision=1, decision=Finish(TaskStatus.FAILED, TerminalReason.VERIFICATION_FAILED)
-        ),
-        frozenset({TaskPhase.VERIFYING}),
-    ),
+    "verdict_recorded": Row(EVENTS["verdict_recorded"], frozenset({TaskPhase.VERIFYING})),
+    "diagnosed": Row(EVENTS["diagnosed"], frozenset({TaskPhase.VERIFYING})),
+    "dispatched": Row(EVENTS["dispatched"], frozenset({TaskPhase.VERIFYING})),
     "awaiting_replan": Row(
-        AwaitingReplan(action=None, deadline=T0 + timedelta(seconds=60)),
+        EVENTS["awaiting_replan"],
         frozenset({TaskPhase.VERIFYING, TaskPhase.PLANNING}),
         TaskPhase.AWAITING_REPLAN,
     ),
     "cancel_requested": Row(
-        CancelRequested(reason="stop"), ACTIVE - {TaskPhase.CANCELLING}, TaskPhase.CANCELLING
+        EVENTS["cancel_requested"], ACTIVE - {TaskPhase.CANCELLING}, TaskPhase.CANCELLING
     ),
-    "task_finished": Row(
-        TaskFinished(status=TaskStatus.FAILED, reason=TerminalReason.EXECUTION_FAILED),
-        ACTIVE,
-        TaskPhase.FAILED,
-    ),
+    "task_finished": Row(EVENTS["task_finished"], ACTIVE, TaskPhase.FAILED),
 }
 
 CASES = [
@@ -188,21 +127,11 @@ def test_event_is_allowed_only_in_its_phases(name: str, phase: TaskPhase) -> Non
         assert caught.value.state == phase
 
 
-TERMINAL_ENDINGS = {
-    TaskPhase.SUCCEEDED: TaskFinished(status=TaskStatus.SUCCEEDED, reason=TerminalReason.PASSED),
-    TaskPhase.PARTIAL: TaskFinished(
-        status=TaskStatus.PARTIAL, reason=TerminalReason.DEVICE_FAILURE
-    ),
-    TaskPhase.FAILED: TaskFinished(status=TaskStatus.FAILED, reason=TerminalReason.INVALID_PLAN),
-    TaskPhase.CANCELLED: TaskFinished(status=TaskStatus.CANCELLED, reason=TerminalReason.CANCELLED),
-}
-
-
 @pytest.mark.parametrize("name", TABLE)
-@pytest.mark.parametrize("terminal", TERMINAL_ENDINGS)
+@pytest.mark.parametrize("terminal", ENDINGS)
 def test_terminal_state_is_final(name: str, terminal: TaskPhase) -> None:
     """Any event after task_finished is a StateError, whatever the ending."""
-    state = fold(*EXECUTING, TERMINAL_ENDINGS[terminal])
+    state = fold(*EXECUTING, ENDINGS[terminal])
     assert state.phase is terminal
     assert state.terminal
     with pytest.raises(StateError, match="has ended"):

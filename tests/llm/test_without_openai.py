@@ -34,6 +34,7 @@ SCRIPT = textwrap.dedent(
 
     import pev
     import pev.llm
+    from pev.codec import encode
     from pev.experience import LessonBook
     from pev.ledger import Ledger
     from pev.llm import LLMPlanner, LLMVerifier
@@ -56,18 +57,13 @@ SCRIPT = textwrap.dedent(
         return "filed " + claim
 
 
-    # 1. A whole run with the LLM planner and verifier on scripted chat models.
-    node = {
-        "id": "file", "description": "file it", "tool": "submit", "args": {"claim": "CLM-7"},
-        "after": [], "effect": "action",
-    }
-    verdict = {
-        "status": "success", "failed_nodes": [], "feedback": "", "guidance": "",
-        "criteria": [{"criterion": CRITERION, "status": "satisfied", "evidence_refs": []}],
-        "unmet_criteria": [], "preserved_constraints": [], "evidence_refs": [],
-    }
-    planner_chat = ScriptedChat(json.dumps({"goal": contract.goal, "nodes": [node]}))
-    verifier_chat = ScriptedChat(json.dumps(verdict))
+    # 1. A whole run with the LLM planner and verifier on scripted chat models, which answer
+    # with the JSON a model writes: the codec's, of a plan and of a verdict.
+    file_it = Plan(
+        contract.goal, [PlanNode("file", "file it", tool="submit", args={"claim": "CLM-7"})]
+    )
+    planner_chat = ScriptedChat(json.dumps(encode(file_it)))
+    verifier_chat = ScriptedChat(json.dumps(encode(Verdict.passed(contract))))
     result = pev.run_sync(
         "claim one",
         planner=LLMPlanner(planner_chat),

@@ -5,9 +5,11 @@ Test files import from here (``from tests.support.builders import created``): wi
 here is collected as a test.
 
 - :mod:`tests.support.builders`: ledger events, execution records, evidence and folded states.
-- :mod:`tests.support.phases`: the parcel task, left in each non-terminal phase (the fold tests).
+- :mod:`tests.support.phases`: the parcel task in each phase, and one event per row of the phase
+  rule (the fold tests).
 - :mod:`tests.support.histories`: a Hypothesis strategy of histories the engine could write.
-- :mod:`tests.support.strategies`: Hypothesis strategies of model values and ledger events.
+- :mod:`tests.support.strategies`: Hypothesis strategies of model values (the codec tests) and
+  ledger events.
 - :mod:`tests.support.tools`: node contexts and nodes for the tool executor tests.
 - :mod:`tests.support.watering`: the engine tests' task, watering the plants.
 """

@@ -4,7 +4,8 @@ See docs/design.md §5.1.
 
 Every history holds revision 1 of ``PLAN``, a pending record r1 (node a) and a record r2 (node b)
 whose outcome is unknown, so that an event refused in a phase is refused for its phase, not for a
-missing record.
+missing record. ``ENDINGS`` end the task in each terminal phase, and ``EVENTS`` holds one event
+per row of the phase rule, each of which passes its own checks in every one of these histories.
 """
 
 from __future__ import annotations
@@ -13,20 +14,44 @@ import functools
 from datetime import timedelta
 
 from tests.support import builders
-from tests.support.builders import T0, dispatched, finished
+from tests.support.builders import T0, dispatched, evidence, finished
 
-from pev.kernel import LocalReplan
+from pev.kernel import Diagnosis, Finish, LocalReplan, RootCause, TaskStatus, TerminalReason
 from pev.ledger import (
     AwaitingReplan,
     CancelRequested,
+    CaptureFailed,
+    Diagnosed,
     Dispatched,
     Event,
+    EvidenceCaptured,
+    NodeFinished,
+    NodeProgressed,
+    NodeSkipped,
+    PlanRejected,
+    RecordReconciled,
     ReplanStarted,
     RevisionKind,
     RoundExecuted,
+    TaskFinished,
     TaskPhase,
+    VerdictRecorded,
 )
-from pev.model import DeviceFailure, Effect, Plan, PlanNode, VerificationContract, VerificationMode
+from pev.ledger._phases import SETTLED_ON_RESUME
+from pev.model import (
+    DeviceFailure,
+    Effect,
+    EvidencePhase,
+    Plan,
+    PlanNode,
+    RecordId,
+    RecordStatus,
+    Reliability,
+    Success,
+    Verdict,
+    VerificationContract,
+    VerificationMode,
+)
 
 CONTRACT = VerificationContract(VerificationMode.RECOVERY, "ship the parcel", ("parcel shipped",))
 PLAN = Plan(
@@ -67,3 +92,53 @@ HISTORIES = {
     TaskPhase.CANCELLING: CANCELLING,
 }
 ACTIVE = frozenset(HISTORIES)
+
+# task_finished in each terminal phase, each with a reason its status may carry.
+ENDINGS = {
+    TaskPhase.SUCCEEDED: TaskFinished(status=TaskStatus.SUCCEEDED, reason=TerminalReason.PASSED),
+    TaskPhase.PARTIAL: TaskFinished(
+        status=TaskStatus.PARTIAL, reason=TerminalReason.DEVICE_FAILURE
+    ),
+    TaskPhase.FAILED: TaskFinished(status=TaskStatus.FAILED, reason=TerminalReason.INVALID_PLAN),
+    TaskPhase.CANCELLED: TaskFinished(status=TaskStatus.CANCELLED, reason=TerminalReason.CANCELLED),
+}
+
+# One event per row of the phase rule (ALLOWED_PHASES in pev/ledger/_phases.py), keyed by its row:
+# the event kind, or SETTLED_ON_RESUME for a node_finished that settles a record on resume.
+EVENTS: dict[str, Event] = {
+    "task_created": created(),
+    "replan_started": ReplanStarted(planning=RevisionKind.LOCAL, attempt=2),
+    "revision_started": revision(2, RevisionKind.LOCAL, redo=frozenset({"b"})),
+    "plan_rejected": PlanRejected(
+        planning=RevisionKind.LOCAL, attempt=2, problems=("node x is unknown",)
+    ),
+    "node_dispatched": dispatched("r3", "c"),
+    "node_progressed": NodeProgressed(record_id=RecordId("r1"), status=RecordStatus.RUNNING, at=T0),
+    "node_finished": finished("r1", Success({"shelf": "full"})),
+    SETTLED_ON_RESUME: NodeFinished(
+        record_id=RecordId("r1"),
+        status=RecordStatus.UNKNOWN,
+        result=None,
+        at=T0,
+        settled_on_resume=True,
+    ),
+    "node_skipped": NodeSkipped(revision=1, node_id="c", blocked_by=("b",)),
+    "record_reconciled": RecordReconciled(record_id=RecordId("r2"), result=Success("moved")),
+    "evidence_captured": EvidenceCaptured(evidence=evidence()),
+    "capture_failed": CaptureFailed(revision=1, phase=EvidencePhase.AFTER, error="camera offline"),
+    "round_executed": RoundExecuted(revision=1, executed_ok=False),
+    "verdict_recorded": VerdictRecorded(
+        revision=1,
+        verdict=Verdict.failed(CONTRACT, failed_nodes=["b"]),
+        reliability=Reliability.OK,
+    ),
+    "diagnosed": Diagnosed(
+        revision=1, diagnosis=Diagnosis(RootCause.PLAN_OR_ANSWER_ERROR, frozenset({"b"}))
+    ),
+    "dispatched": Dispatched(
+        revision=1, decision=Finish(TaskStatus.FAILED, TerminalReason.VERIFICATION_FAILED)
+    ),
+    "awaiting_replan": AwaitingReplan(action=None, deadline=T0 + timedelta(seconds=60)),
+    "cancel_requested": CancelRequested(reason="stop"),
+    "task_finished": TaskFinished(status=TaskStatus.FAILED, reason=TerminalReason.EXECUTION_FAILED),
+}

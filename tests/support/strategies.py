@@ -1,8 +1,12 @@
-"""Hypothesis strategies of model values and ledger events, for codec and kernel properties."""
+"""Hypothesis strategies of model values and ledger events, for codec and kernel properties.
+
+The model values are as wide as the codec must carry (any text, zoned times, unbounded
+integers); the codec's own tests and the ledger's event round trips draw from the same ones.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from hypothesis import strategies as st
@@ -39,12 +43,15 @@ from pev.ledger import (
     VerdictRecorded,
 )
 from pev.model import (
+    CriterionResult,
+    CriterionStatus,
     DeviceFailure,
     Effect,
     Evidence,
     EvidenceId,
     EvidencePhase,
     ExecutionRecord,
+    JsonObject,
     NodeResult,
     Plan,
     PlanNode,
@@ -73,45 +80,111 @@ def utc_datetimes(first_year: int, last_year: int) -> st.SearchStrategy[datetime
     )
 
 
-instants = utc_datetimes(2020, 2030)
-texts = st.text(max_size=10)
+# --- model values: any value the codec must carry ---------------------------------------------
+
+texts = st.text(max_size=12)
+text_tuples = st.lists(texts, max_size=3).map(tuple)
 ids = st.text(alphabet="abcdefgh0123456789-", min_size=1, max_size=8)
 json_values = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers(min_value=-(2**40), max_value=2**40)
+    | st.integers()
     | st.floats(allow_nan=False, allow_infinity=False)
     | texts,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
-    max_leaves=8,
-)
-node_sets = st.frozensets(ids, max_size=3)
-results: st.SearchStrategy[NodeResult] = st.one_of(
-    st.builds(Success, json_values),
-    st.builds(DeviceFailure, ids, texts, st.booleans(), st.booleans()),
-    st.builds(VerifierFailure, ids, texts),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(texts, children, max_size=4),
+    max_leaves=15,
+).map(freeze_json)
+json_objects = st.dictionaries(texts, json_values, max_size=4).map(JsonObject)
+# Times in UTC and in two other zones: the codec keeps each one's offset.
+times = st.datetimes(
+    min_value=datetime(2000, 1, 1),  # noqa: DTZ001 - Hypothesis bounds are naive; timezones= adds them
+    max_value=datetime(2100, 1, 1),  # noqa: DTZ001
+    timezones=st.sampled_from(
+        [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))]
+    ),
 )
 nodes = st.builds(
     PlanNode,
-    ids,
-    texts,
-    tool=st.none() | ids,
-    args=st.dictionaries(ids, json_values, max_size=2),
-    after=st.lists(ids, max_size=2).map(tuple),
+    id=texts,
+    description=texts,
+    tool=st.none() | texts,
+    args=json_objects,
+    after=text_tuples,
     effect=st.sampled_from(Effect),
 )
-plans = st.builds(Plan, texts, st.lists(nodes, max_size=3).map(tuple))
+plans = st.builds(Plan, goal=texts, nodes=st.lists(nodes, max_size=4).map(tuple))
+criteria = st.builds(
+    CriterionResult,
+    criterion=texts,
+    status=st.sampled_from(CriterionStatus),
+    evidence_refs=text_tuples,
+)
+verdicts = st.builds(
+    Verdict,
+    status=st.sampled_from(VerdictStatus),
+    failed_nodes=st.frozensets(texts, max_size=3),
+    feedback=texts,
+    criteria=st.lists(criteria, max_size=3).map(tuple),
+    unmet_criteria=text_tuples,
+    preserved_constraints=text_tuples,
+    guidance=texts,
+    evidence_refs=text_tuples,
+)
+records = st.builds(
+    ExecutionRecord,
+    id=texts.map(RecordId),
+    task_id=texts.map(TaskId),
+    revision=st.integers(min_value=1, max_value=1000),
+    node_id=texts,
+    tool=st.none() | texts,
+    args_digest=st.text("0123456789abcdef", min_size=64, max_size=64),
+    effect=st.sampled_from(Effect),
+    idempotency_key=texts,
+    status=st.sampled_from(RecordStatus),
+    created_at=times,
+    updated_at=times,
+    error=st.none() | texts,
+)
+evidences = st.builds(
+    Evidence,
+    id=texts.map(EvidenceId),
+    phase=st.sampled_from(EvidencePhase),
+    kind=st.sampled_from(["state", "image", "depth"]),
+    source=texts,
+    captured_at=times,
+    revision=st.integers(min_value=1, max_value=1000),
+    payload=json_values,
+    artifact=st.none() | st.binary(max_size=64),
+    media_type=st.none() | st.just("image/png"),
+)
+results: st.SearchStrategy[NodeResult] = st.one_of(
+    st.builds(Success, value=json_values),
+    st.builds(
+        DeviceFailure,
+        node_id=texts,
+        error=texts,
+        is_timeout=st.booleans(),
+        outcome_unknown=st.booleans(),
+    ),
+    st.builds(VerifierFailure, node_id=texts, reason=texts),
+)
 contracts = st.one_of(
-    st.just(VerificationContract(VerificationMode.OFF)),
+    st.builds(VerificationContract, mode=st.just(VerificationMode.OFF)),
     st.builds(
         VerificationContract,
-        st.sampled_from([m for m in VerificationMode if m is not VerificationMode.OFF]),
-        st.just("reach the goal"),
-        st.lists(st.sampled_from(["c1", "c2", "c3"]), min_size=1, max_size=3, unique=True),
-        constraints=st.lists(texts, max_size=2).map(tuple),
+        mode=st.sampled_from([m for m in VerificationMode if m is not VerificationMode.OFF]),
+        goal=st.text(min_size=1, max_size=10).filter(str.strip),
+        success_criteria=st.lists(
+            st.text(min_size=1, max_size=10).filter(str.strip), min_size=1, max_size=3, unique=True
+        ).map(tuple),
+        constraints=text_tuples,
         required_evidence=st.lists(st.sampled_from(["state", "image"]), max_size=2).map(tuple),
     ),
 )
+
+# --- ledger events ----------------------------------------------------------------------------
+
+node_sets = st.frozensets(ids, max_size=3)
 policies = st.builds(
     RecoveryPolicy,
     max_replans=st.integers(min_value=0, max_value=5),
@@ -120,15 +193,6 @@ policies = st.builds(
 )
 usages = st.none() | st.builds(
     Usage, model=ids, input_tokens=st.integers(0, 10**6), output_tokens=st.integers(0, 10**6)
-)
-verdicts = st.builds(
-    Verdict,
-    st.sampled_from(VerdictStatus),
-    failed_nodes=node_sets,
-    feedback=texts,
-    unmet_criteria=st.lists(texts, max_size=2).map(tuple),
-    guidance=texts,
-    evidence_refs=st.lists(ids.map("evidence:{}".format), max_size=2).map(tuple),
 )
 diagnoses = st.builds(Diagnosis, st.sampled_from(RootCause), node_sets, texts)
 replans = st.one_of(st.builds(LocalReplan, node_sets, texts), st.builds(GlobalReplan, texts))
@@ -139,43 +203,17 @@ finishes = st.builds(
     shadow=st.none() | replans,
     detail=texts,
 )
-records = st.builds(
-    ExecutionRecord,
-    id=ids.map(RecordId),
-    task_id=ids.map(TaskId),
-    revision=st.integers(1, 9),
-    node_id=ids,
-    tool=st.none() | ids,
-    args_digest=st.just(digest({})),
-    effect=st.sampled_from(Effect),
-    idempotency_key=ids,
-    status=st.sampled_from(RecordStatus),
-    created_at=instants,
-    updated_at=instants,
-    error=st.none() | texts,
-)
-evidences = st.builds(
-    Evidence,
-    id=ids.map(EvidenceId),
-    phase=st.sampled_from(EvidencePhase),
-    kind=st.sampled_from(["state", "image"]),
-    source=ids,
-    captured_at=instants,
-    revision=st.integers(1, 9),
-    payload=json_values,
-    artifact=st.none() | st.binary(max_size=16),
-)
 kinds = st.sampled_from(RevisionKind)
 
 EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     TaskCreated: st.builds(
         TaskCreated,
         task_id=ids.map(TaskId),
-        input=json_values.map(freeze_json),
+        input=json_values,
         contract=contracts,
         policy=policies,
         components=st.dictionaries(st.sampled_from(["planner", "executor"]), ids, max_size=2),
-        task_deadline=st.none() | instants,
+        task_deadline=st.none() | times,
     ),
     ReplanStarted: st.builds(ReplanStarted, planning=kinds, attempt=st.integers(1, 9)),
     RevisionStarted: st.builds(
@@ -202,14 +240,14 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         NodeProgressed,
         record_id=ids.map(RecordId),
         status=st.sampled_from(RecordStatus),
-        at=instants,
+        at=times,
     ),
     NodeFinished: st.builds(
         NodeFinished,
         record_id=ids.map(RecordId),
         status=st.sampled_from(RecordStatus),
         result=st.none() | results,
-        at=instants,
+        at=times,
         settled_on_resume=st.booleans(),
     ),
     NodeSkipped: st.builds(
@@ -247,7 +285,7 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     Dispatched: st.builds(
         Dispatched, revision=st.integers(1, 9), decision=st.one_of(finishes, replans)
     ),
-    AwaitingReplan: st.builds(AwaitingReplan, action=st.none() | replans, deadline=instants),
+    AwaitingReplan: st.builds(AwaitingReplan, action=st.none() | replans, deadline=times),
     CancelRequested: st.builds(CancelRequested, reason=texts),
     TaskFinished: st.builds(
         TaskFinished,

@@ -8,9 +8,10 @@ import pytest
 
 import pev
 from pev.chat import ChatMessage, ChatModel, ChatReply, ChatRequest, LLMError
+from pev.codec import encode
 from pev.ledger import Ledger, RevisionStarted, Usage, VerdictRecorded
 from pev.llm import LLMPlanner, LLMVerifier
-from pev.model import Plan, VerificationContract
+from pev.model import Plan, Verdict, VerificationContract
 from pev.testing import MemoryStore, ScriptedChat
 
 
@@ -111,34 +112,9 @@ async def test_it_drives_the_llm_planner_and_verifier_through_a_run(
     contract: VerificationContract, plan: Plan
 ) -> None:
     """A whole run with LLMPlanner and LLMVerifier on scripted models; usage reaches the ledger."""
-    plan_json = json.dumps(
-        {
-            "goal": contract.goal,
-            "nodes": [
-                {
-                    "id": node.id,
-                    "description": node.description,
-                    "tool": node.tool,
-                    "args": dict(node.args),
-                    "after": list(node.after),
-                    "effect": node.effect.value,
-                }
-                for node in plan.nodes
-            ],
-        }
-    )
-    verdict_json = json.dumps(
-        {
-            "status": "success",
-            "failed_nodes": [],
-            "feedback": "",
-            "guidance": "",
-            "criteria": [{"criterion": "red on blue", "status": "satisfied", "evidence_refs": []}],
-            "unmet_criteria": [],
-            "preserved_constraints": [],
-            "evidence_refs": [],
-        }
-    )
+    # What a model writes is the codec's JSON of a plan and of a verdict.
+    plan_json = json.dumps(encode(plan))
+    verdict_json = json.dumps(encode(Verdict.passed(contract)))
 
     @pev.tool(effect="query")
     def camera() -> str:

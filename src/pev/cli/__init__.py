@@ -1,4 +1,4 @@
-"""The `pev` command line (docs/design.md §9). The library never imports this package."""
+"""The `pev` command line (docs/design.md §9.2). The library never imports this package."""
 
 from pev.cli._app import EXIT_CODES, cli, default_db, main
 

@@ -1,7 +1,7 @@
-"""The `pev` command line: list tasks, show one task's timeline, verify ledgers, run the demo.
+"""The `pev` command line: tasks (run, resume, cancel, list, show), ledgers, lessons, the demo.
 
-Exit codes (docs/design.md §9): 0 succeeded or ok, 1 failed (or a ledger that fails verification),
-2 usage error, 3 partial, 4 cancelled.
+Exit codes (docs/design.md §9.2): 0 succeeded or ok, 1 failed (or a ledger that fails
+verification), 2 usage error, 3 partial, 4 cancelled, 130 interrupted with Ctrl-C.
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ _TOML_WHERE = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\
 _POLICY_PROBLEM = re.compile(r"RecoveryPolicy\.(\w+) (.*)", re.DOTALL)
 
 _EXAMPLE_COMPONENTS = (
-    'planner = "agent:planner" and tools = ["agent:my_tool"] (or executor = "agent:executor")'
+    'agent = "agent:my_agent" (a pev.Agent), or its parts: planner = "agent:planner" and '
+    'tools = ["agent:my_tool"] (or executor = "agent:executor")'
 )
 
 
@@ -308,7 +309,11 @@ def _component_paths(raw: object, contract: VerificationContract | None) -> dict
         if not paths["tools"]:
             raise TaskFileError("components.tools", 'is empty; list the tools: ["agent:my_tool"]')
     if "planner" not in paths:
-        raise TaskFileError("components.planner", 'missing; name it: planner = "agent:planner"')
+        raise TaskFileError(
+            "components.planner",
+            'missing; name it, planner = "agent:planner", or name the whole agent instead, '
+            'agent = "agent:my_agent"',
+        )
     if "tools" in paths and "executor" in paths:
         raise TaskFileError(
             "components", "give tools or executor, not both; keep the one that runs the plan"
@@ -386,8 +391,7 @@ def _agent(paths: Mapping[str, Any], contract: VerificationContract | None) -> A
             defined_in="",
         )
     except ComponentError as exc:
-        where = "components" if exc.role == "executor" and "tools" in paths else exc.role
-        raise TaskFileError(f"components.{where}", str(exc)) from None
+        raise TaskFileError(f"components.{exc.role}", str(exc)) from None
 
 
 def _check_agent_contract(agent: Agent, contract: VerificationContract | None) -> None:

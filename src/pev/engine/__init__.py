@@ -2,9 +2,10 @@
 
 See docs/design.md §4-§6.
 
-Entry points: :func:`run` (async), :func:`run_sync`, :func:`resume` and :func:`cancel`. The seams
-it calls are narrow protocols (:class:`Planner`, :class:`Executor`, :class:`Verifier`,
-:class:`Observer`); functions decorated with :func:`tool` become an executor.
+Entry points: :func:`run` (async), :func:`run_sync`, :func:`resume` and :func:`cancel`, given an
+:class:`Agent` (or its parts as keywords). The seams it calls are narrow protocols
+(:class:`Planner`, :class:`Executor`, :class:`Verifier`, :class:`Observer`); functions decorated
+with :func:`tool` become an executor.
 """
 
 from pev.engine._agent import (

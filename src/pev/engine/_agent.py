@@ -27,6 +27,7 @@ from pev.engine._protocols import (
     Planner,
     PlanRequest,
     VerifyRequest,
+    callable_of,
 )
 from pev.engine._tool_executor import Resources
 from pev.engine._tools import Tool, ToolRegistry
@@ -194,8 +195,8 @@ class Agent:
             its import path; by default the module whose code calls ``Agent(...)``.
 
     Raises:
-        ComponentError: No planner, neither or both of tools and executor, or a part that has
-            neither its method nor is callable.
+        ComponentError: No planner, neither or both of tools and executor, tools that are not
+            functions (or share a name), or a part that has neither its method nor is callable.
         ContractError: A contract whose mode needs a verifier, or evidence an observer must
             capture, without one.
 
@@ -285,13 +286,10 @@ def check_component(role: str, part: object) -> None:
     """
     if part is None:
         return
-    method = METHOD_OF_ROLE[role]
-    if getattr(part, method, None) is None and not callable(part):
-        raise ComponentError(
-            f"the {role} is a {type(part).__name__} with no {method}() method and is not "
-            f"callable; pass an object with an async or sync {method}() method, or a function",
-            role=role,
-        )
+    try:
+        callable_of(part, METHOD_OF_ROLE[role])
+    except TypeError as exc:
+        raise ComponentError(f"the {role} cannot be called: {exc}", role=role) from None
 
 
 def check_verifier(contract: VerificationContract, verifier: object | None) -> None:

@@ -143,11 +143,16 @@ async def run(
     return result
 
 
-def _agent_of(agent: Agent | None, parts: Mapping[str, Any]) -> Agent:
-    """The agent given, or one built from the parts given as keywords (never both).
+def _agent_of(
+    agent: Agent | None, parts: Mapping[str, Any], *, recorded: Mapping[str, str] | None = None
+) -> Agent:
+    """The agent given, else one of the parts given as keywords (never both).
+
+    On resume (``recorded``: the task's import paths), the parts not given are rebuilt.
 
     Raises:
-        ComponentError: An agent and parts of one, or no planner.
+        ComponentError: An agent and parts of one, no planner, or a part neither given nor
+            rebuildable.
     """
     given = [role for role, part in parts.items() if part is not None]
     if agent is not None:
@@ -158,11 +163,14 @@ def _agent_of(agent: Agent | None, parts: Mapping[str, Any]) -> Agent:
                 role=given[0],
             )
         return agent
+    if recorded is not None:
+        return rebuild(recorded, parts)
     if parts["planner"] is None:
         raise ComponentError(
             "a run needs an agent or a planner: pass agent=... or planner=...", role="planner"
         )
     if parts["tools"] is not None and parts["executor"] is not None:
+        # Only here is an empty tools=[] told apart from none given: refused with an executor.
         raise ComponentError(
             "pass exactly one of tools=[...] (functions decorated with @pev.tool) or executor=...",
             role="tools",
@@ -271,10 +279,7 @@ async def resume(
         "executor": executor,
         "observer": observer,
     }
-    if agent is not None:
-        agent = _agent_of(agent, parts)
-    else:
-        agent = rebuild(state.created.components, parts)
+    agent = _agent_of(agent, parts, recorded=state.created.components)
     check_verifier(state.contract, agent.verifier)
     components = build_components(agent, policy=state.policy)
     goal = state.contract.goal or _text(state.created.input)

@@ -37,9 +37,6 @@ from pev.policy import RecoveryPolicy
 
 __all__ = ["Components", "agent_paths", "build_components", "import_path", "load", "rebuild"]
 
-# The roles a task records, in the order they are rebuilt.
-_PARTS = ("planner", "verifier", "observer", "executor")
-
 
 @dataclass(frozen=True, slots=True)
 class Components:
@@ -82,10 +79,9 @@ def build_components(agent: Agent, *, policy: RecoveryPolicy) -> Components:
 
 def agent_paths(agent: Agent) -> dict[str, str]:
     """Role → import path of what another process needs to rebuild ``agent``."""
-    module = _module(agent.defined_in)
-    name = _bound_name(module, agent)
-    if module is not None and name is not None:
-        return {"agent": f"{module.__name__}:{name}"}
+    path = _bound_path(agent.defined_in, agent)
+    if path is not None:
+        return {"agent": path}
     paths: dict[str, str] = {}
     for role in ("planner", "verifier", "observer"):
         path = import_path(getattr(agent, role))
@@ -113,10 +109,9 @@ def import_path(component: object) -> str | None:
     if inspect.isfunction(component) or inspect.ismethod(component):
         return _own_path(component)
     cls = type(component)
-    module = _module(cls.__module__)
-    name = _bound_name(module, component)
-    if module is not None and name is not None:
-        return f"{module.__name__}:{name}"
+    bound = _bound_path(cls.__module__, component)
+    if bound is not None:
+        return bound
     try:
         parameters = inspect.signature(cls).parameters
     except (TypeError, ValueError):
@@ -130,10 +125,11 @@ def import_path(component: object) -> str | None:
 
 def _tool_path(item: Tool[..., Any]) -> str | None:
     """The decorated tool's own module-level name; a tool with default options, its function's."""
-    module = _module(getattr(item.fn, "__module__", None))
-    name = _bound_name(module, item, guess=getattr(item.fn, "__name__", None))
-    if module is not None and name is not None:
-        return f"{module.__name__}:{name}"
+    bound = _bound_path(
+        getattr(item.fn, "__module__", None), item, guess=getattr(item.fn, "__name__", None)
+    )
+    if bound is not None:
+        return bound
     if item.reconcile is None and item == tool(item.fn):
         return import_path(item.fn)  # rebuilt as tool(fn): the very same options
     return None
@@ -163,18 +159,18 @@ def _module(name: str | None) -> ModuleType | None:
     return sys.modules.get(name)
 
 
-def _bound_name(
-    module: ModuleType | None, target: object, *, guess: str | None = None
-) -> str | None:
-    """A module-level name bound to ``target`` itself, trying ``guess`` first."""
+def _bound_path(module_name: str | None, target: object, *, guess: str | None = None) -> str | None:
+    """``module:name`` of a name in that module bound to ``target`` itself (``guess`` first)."""
+    module = _module(module_name)
     if module is None:
         return None
     namespace = vars(module)
     if guess is not None and namespace.get(guess) is target:
-        return guess
-    return next(
+        return f"{module.__name__}:{guess}"
+    name = next(
         (n for n, value in namespace.items() if value is target and not n.startswith("_")), None
     )
+    return None if name is None else f"{module.__name__}:{name}"
 
 
 # -- rebuilding ----------------------------------------------------------------------------
@@ -195,54 +191,64 @@ def load(path: str, *, role: str) -> object:
         ) from None
 
 
-def rebuild(paths: Mapping[str, str], given: Mapping[str, object | None]) -> Agent:
-    """The agent of a resumed task: the parts given, else those rebuilt from the recorded paths.
+def rebuild(paths: Mapping[str, str], given: Mapping[str, Any]) -> Agent:
+    """The agent of a resumed task: the parts given, else the recorded agent's, else each part's.
+
+    Tools given take the place of a recorded executor, and an executor given that of recorded
+    tools; a part given is never loaded from its path.
 
     Raises:
         ComponentError: A part neither given nor rebuildable, a recorded agent path that names
             something else, or a tool path that names a decorated tool's bare function.
     """
-    parts: dict[str, Any] = {}
-    if "agent" in paths:
-        agent = load(paths["agent"], role="agent")
-        if not isinstance(agent, Agent):
-            raise ComponentError(
-                f"cannot rebuild the agent from {paths['agent']!r}: it names a "
-                f"{type(agent).__name__}, not a pev.Agent; pass agent=... to resume",
-                role="agent",
-            )
-        parts = {role: getattr(agent, role) for role in _PARTS}
-        parts["tools"] = agent.tools or None
-        parts["rails"] = agent.rails
-        parts["resources"] = agent.resources
-    for role in _PARTS:
+    recorded = _load_agent(paths["agent"]) if "agent" in paths else None
+
+    def part(role: str) -> Any:
         if given.get(role) is not None:
-            parts[role] = given[role]
-        elif parts.get(role) is None and role in paths:
-            parts[role] = load(paths[role], role=role)
-    if given.get("tools") is not None:
-        parts["tools"], parts["executor"] = given["tools"], given.get("executor")
-    elif given.get("executor") is not None:
-        parts["tools"] = None
-    elif parts.get("tools") is None and "tools" in paths and parts.get("executor") is None:
-        parts["tools"] = [_load_tool(path) for path in paths["tools"].split(",")]
-    planner = parts.get("planner")
+            return given[role]
+        if recorded is not None:
+            return getattr(recorded, role)
+        return load(paths[role], role=role) if role in paths else None
+
+    planner = part("planner")
     if planner is None:
         raise ComponentError(
             "the planner was neither given nor recorded with an import path; pass planner=... "
             "to resume",
             role="planner",
         )
+    verifier, observer = part("verifier"), part("observer")
+    if given.get("tools") is not None or given.get("executor") is not None:
+        tools, executor = given.get("tools"), given.get("executor")
+    elif recorded is not None:
+        tools, executor = recorded.tools, recorded.executor
+    else:
+        executor = part("executor")
+        tools = None
+        if executor is None and "tools" in paths:
+            tools = [_load_tool(path) for path in paths["tools"].split(",")]
     return Agent(
         planner,
-        verifier=parts.get("verifier"),
-        tools=parts.get("tools") or (),
-        executor=parts.get("executor"),
-        observer=parts.get("observer"),
-        rails=parts.get("rails", ()),
-        resources=parts.get("resources"),
+        verifier=verifier,
+        tools=tools or (),
+        executor=executor,
+        observer=observer,
+        rails=recorded.rails if recorded is not None else (),
+        resources=recorded.resources if recorded is not None else None,
         defined_in="",
     )
+
+
+def _load_agent(path: str) -> Agent:
+    """A recorded agent; refused when the path names something else."""
+    agent = load(path, role="agent")
+    if not isinstance(agent, Agent):
+        raise ComponentError(
+            f"cannot rebuild the agent from {path!r}: it names a {type(agent).__name__}, not a "
+            "pev.Agent; pass agent=... to resume",
+            role="agent",
+        )
+    return agent
 
 
 def _load_tool(path: str) -> object:

@@ -311,15 +311,24 @@ def adapt(component: object, method: str) -> Callable[..., Awaitable[Any]]:
     Raises:
         TypeError: The component has no such method and is not callable.
     """
-    target = getattr(component, method, None)
-    if target is None:
-        if not callable(component):
-            raise TypeError(
-                f"{type(component).__name__} has no {method}() method and is not callable; "
-                f"pass an object with an async or sync {method}() method, or a function"
-            )
-        target = component
-    return as_async(target)
+    return as_async(callable_of(component, method))
+
+
+def callable_of(component: object, method: str) -> Callable[..., Any]:
+    """What calling a component calls: its ``method``, or the component itself if callable.
+
+    Raises:
+        TypeError: The component has no such method and is not callable.
+    """
+    target: Callable[..., Any] | None = getattr(component, method, None)
+    if target is not None:
+        return target
+    if callable(component):
+        return component
+    raise TypeError(
+        f"{type(component).__name__} has no {method}() method and is not callable; "
+        f"pass an object with an async or sync {method}() method, or a function"
+    )
 
 
 def is_async(fn: Callable[..., Any]) -> bool:

@@ -1,12 +1,12 @@
 """Where sync component code runs: a bounded thread pool that belongs to one drive.
 
-The driver opens :func:`run_threads` around its drive: a pool of at most :data:`MAX_THREADS`
-threads, started on the first sync call and reachable through a context variable, so every task
-the drive starts (nodes, planner and verifier calls) finds it. When the drive ends the pool is
-shut down without waiting: a sync call that timed out keeps running in its thread (Python cannot
-stop a thread) and the thread ends when the call returns. Outside a drive, sync code runs in the
-event loop's default executor, as :func:`asyncio.to_thread` would run it. See docs/engine.md,
-"Components".
+The driver opens :func:`run_threads` around its drive (and around settling on resume): a pool of
+at most :data:`MAX_THREADS` threads, started on the first sync call and reachable through a
+context variable, so every task the drive starts (nodes, planner and verifier calls) finds it.
+When the drive ends the pool is shut down without waiting: a sync call that timed out keeps
+running in its thread (Python cannot stop a thread) and the thread ends when the call returns.
+Outside a drive, sync code runs in the event loop's default executor, as
+:func:`asyncio.to_thread` would run it. See docs/engine.md, "Threads".
 """
 
 from __future__ import annotations
@@ -40,11 +40,6 @@ class RunThreads:
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         self._lock = threading.Lock()
-
-    @property
-    def started(self) -> bool:
-        """Whether a sync call has started the pool."""
-        return self._pool is not None
 
     def pool(self) -> ThreadPoolExecutor:
         """The pool, started now if this is the first sync call.
@@ -101,9 +96,9 @@ def submit(fn: Callable[[], T]) -> Future[T]:
 
     The future can be cancelled while ``fn`` waits for a thread, and then ``fn`` never runs.
     """
-    threads = _RUN_THREADS.get()
-    if threads is not None:
-        return threads.pool().submit(fn)
+    pool = current_pool()
+    if pool is not None:
+        return pool.submit(fn)
     future: Future[T] = Future()
 
     def work() -> None:

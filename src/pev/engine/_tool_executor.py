@@ -50,7 +50,7 @@ class Resources:
     type that refuses weak references is held for the life of this object).
     """
 
-    __slots__ = ("__weakref__", "_guard", "_locks", "_strong")
+    __slots__ = ("_guard", "_locks", "_strong")
 
     def __init__(self) -> None:
         self._locks: weakref.WeakKeyDictionary[

@@ -6,8 +6,7 @@ See docs/design.md §5.2.
 from __future__ import annotations
 
 import hashlib
-import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -67,17 +66,13 @@ def _digest(*, task: str, seq: int, at: str, schema: str, prev_hash: str, event:
 class Sealed(tuple[LedgerEntry, ...]):
     """The entries :func:`seal` made, with the canonical texts it hashed.
 
-    A tuple of entries like any other. A store that keeps texts (see :func:`entry_texts`) takes
-    them from here instead of encoding each event a second time; they were written from the
-    entries' own frozen values, so they always match them.
-
-    Attributes:
-        time_text: The entries' time (one batch shares one time).
-        event_texts: Each entry's event, in order.
+    A tuple of entries like any other. ``texts`` holds each entry's time and event as the
+    canonical JSON text :func:`seal` hashed, in order; a store that keeps texts (see
+    :func:`entry_texts`) writes them instead of encoding each event a second time. They were
+    written from the entries' own frozen values, so they always match them.
     """
 
-    time_text: str
-    event_texts: tuple[str, ...]
+    texts: tuple[tuple[str, str], ...]
 
 
 def seal(
@@ -90,14 +85,14 @@ def seal(
     """
     dumps = codec.dumps
     task_text, at_text, schema_text = dumps(task_id), dumps(at), dumps(SCHEMA_VERSION)
-    texts: list[str] = []
+    texts: list[tuple[str, str]] = []
     entries: list[LedgerEntry] = []
     for seq, event in enumerate(events, start=after_seq + 1):
         text = dumps(event)
         digest = _digest(
             task=task_text, seq=seq, at=at_text, schema=schema_text, prev_hash=prev_hash, event=text
         )
-        texts.append(text)
+        texts.append((at_text, text))
         entries.append(
             LedgerEntry(
                 task_id=task_id,
@@ -111,18 +106,17 @@ def seal(
         )
         prev_hash = digest
     sealed = Sealed(entries)
-    sealed.time_text = at_text
-    sealed.event_texts = tuple(texts)
+    sealed.texts = tuple(texts)
     return sealed
 
 
-def entry_texts(entries: Sequence[LedgerEntry]) -> Iterable[tuple[str, str]]:
+def entry_texts(entries: Sequence[LedgerEntry]) -> Sequence[tuple[str, str]]:
     """Each entry's time and event as canonical JSON text, as a store keeps them.
 
     Entries straight from :func:`seal` bring the texts it hashed; any others are encoded here.
     """
     if isinstance(entries, Sealed):
-        return zip(itertools.repeat(entries.time_text), entries.event_texts, strict=False)
+        return entries.texts
     dumps = codec.dumps
     return [(dumps(entry.at), dumps(entry.event)) for entry in entries]
 

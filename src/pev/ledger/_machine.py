@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import assert_never
 
+from pev.errors import StateError
 from pev.kernel import (
     Decision,
     Finish,
@@ -34,9 +35,9 @@ from pev.ledger._events import (
     TaskFinished,
     Usage,
 )
-from pev.ledger._phases import REPLAN_DEADLINE_PHASES, TaskPhase, allowed
+from pev.ledger._phases import ALLOWED_PHASES, REPLAN_DEADLINE_PHASES, TaskPhase, allowed, needs
 from pev.ledger._queries import outputs, unsettled_unknown_actions
-from pev.ledger._state import TaskState, refusal, require
+from pev.ledger._state import TaskState
 from pev.model import (
     JsonValue,
     Plan,
@@ -106,11 +107,12 @@ def begin_replan(state: TaskState, *, now: datetime) -> tuple[Event, ...]:
     Raises:
         StateError: The task is not awaiting a replan (a terminal task stays as it is).
     """
-    require(
-        state,
-        ReplanStarted.kind,
-        "a new revision can only begin after a replan decision or a rejected plan",
-    )
+    if not allowed(state.phase, ReplanStarted.kind):
+        raise _refused(
+            state,
+            ReplanStarted.kind,
+            "a new revision can only begin after a replan decision or a rejected plan",
+        )
     policy = state.policy
     if state.replans_used >= policy.max_replans:
         return (
@@ -124,6 +126,20 @@ def begin_replan(state: TaskState, *, now: datetime) -> tuple[Event, ...]:
     if deadline_passed(now, state.replan_deadline):
         return (_deadline_expired(state),)
     return (ReplanStarted(planning=_replan_kind(state), attempt=state.planner_calls + 1),)
+
+
+def _refused(state: TaskState, kind: str, why: str) -> StateError:
+    """A step refused before anything is written: the task's phase and the phases ``kind`` needs.
+
+    ``kind`` is the row of :data:`~pev.ledger._phases.ALLOWED_PHASES` of the event the step would
+    write; ``why`` says what the step needs, in words.
+    """
+    needed = " or ".join(needs(ALLOWED_PHASES[kind]))
+    return StateError(
+        f"task {state.task_id} is {state.phase}, not {needed}: {why}",
+        task_id=state.task_id,
+        state=state.phase,
+    )
 
 
 def _replan_kind(state: TaskState) -> RevisionKind:
@@ -158,7 +174,7 @@ def reject_plan(
     """
     planning = state.planning
     if planning is None or not allowed(state.phase, PlanRejected.kind):
-        raise refusal(state, PlanRejected.kind, "only a plan being made can be rejected")
+        raise _refused(state, PlanRejected.kind, "only a plan being made can be rejected")
     rejected = PlanRejected(
         planning=planning,
         attempt=state.planner_calls,
@@ -185,7 +201,7 @@ def dispatch(state: TaskState, decision: Decision, *, now: datetime) -> tuple[Ev
     """
     revision = state.revision
     if revision is None or not allowed(state.phase, Dispatched.kind):
-        raise refusal(state, Dispatched.kind, "decisions follow verification")
+        raise _refused(state, Dispatched.kind, "decisions follow verification")
     dispatched = Dispatched(revision=revision.number, decision=decision)
     match decision:
         case Finish(status=status, reason=reason, detail=detail):

@@ -112,7 +112,7 @@ PHASE_OF_STATUS: Mapping[TaskStatus, TaskPhase] = MappingProxyType(
 
 def needs(phases: frozenset[TaskPhase]) -> tuple[TaskPhase, ...]:
     """The phases given, in the enum's order (the order messages name them in)."""
-    return tuple(phase for phase in TaskPhase if phase in phases)  # in the enum's order
+    return tuple(phase for phase in TaskPhase if phase in phases)
 
 
 # Why the fold refuses an event in a live phase its row leaves out: what the event needs, or,

@@ -45,7 +45,6 @@ from pev.ledger._phases import (
     REFUSALS,
     TERMINAL_PHASES,
     TaskPhase,
-    needs,
     rule_of,
 )
 from pev.model import (
@@ -62,7 +61,7 @@ from pev.model import (
 )
 from pev.policy import RecoveryPolicy
 
-__all__ = ["Revision", "TaskState", "apply", "refusal", "replay", "require"]
+__all__ = ["Revision", "TaskState", "apply", "replay"]
 
 
 def _empty_mapping() -> Mapping[RecordId, Any]:
@@ -250,31 +249,6 @@ def apply(state: TaskState | None, event: Event, *, at: datetime | None = None) 
     changes["event_count"] = state.event_count + 1
     changes["updated_at"] = at if at is not None else state.updated_at
     return _evolve(state, changes)
-
-
-def require(state: TaskState, kind: str, why: str) -> None:
-    """Refuse a step, before anything is written, if the task's phase does not allow its event.
-
-    Args:
-        state: Where the task stands.
-        kind: The row of :data:`ALLOWED_PHASES` of the event the step would write.
-        why: What the step needs, in words.
-
-    Raises:
-        StateError: See :func:`refusal`.
-    """
-    if state.phase not in ALLOWED_PHASES[kind]:
-        raise refusal(state, kind, why)
-
-
-def refusal(state: TaskState, kind: str, why: str) -> StateError:
-    """The error of a step refused where the task stands: its phase and the phases it needs."""
-    needed = " or ".join(needs(ALLOWED_PHASES[kind]))
-    return StateError(
-        f"task {state.task_id} is {state.phase}, not {needed}: {why}",
-        task_id=state.task_id,
-        state=state.phase,
-    )
 
 
 def _evolve(state: TaskState, changes: dict[str, Any]) -> TaskState:

@@ -27,7 +27,7 @@ try:
     from openai.types.chat.completion_create_params import ResponseFormat
 except ImportError as exc:  # exercised with the SDK hidden, in the tests
     raise ImportError(
-        "pev.llm.openai (OpenAIChat) needs the openai SDK: pip install 'pev-agent[llm]'",
+        f"pev.llm.openai (OpenAIChat) needs the openai SDK ({exc}): pip install 'pev-agent[llm]'",
         name=exc.name,
     ) from exc
 

@@ -81,22 +81,23 @@ class VerificationContract:
         constraints: Iterable[str] = (),
         required_evidence: Iterable[str] = (),
     ) -> None:
-        object.__setattr__(self, "mode", mode)
+        if mode not in VerificationMode.__members__.values():
+            modes = ", ".join(VerificationMode.__members__.values())
+            raise ContractError(f"mode must be one of {modes}; got {mode!r}", field="mode")
+        if not isinstance(goal, str):
+            raise ContractError("goal must be a string", field="goal")
+        object.__setattr__(self, "mode", VerificationMode(mode))
         object.__setattr__(self, "goal", goal)
-        object.__setattr__(self, "success_criteria", success_criteria)
-        object.__setattr__(self, "constraints", constraints)
-        object.__setattr__(self, "required_evidence", required_evidence)
+        for name, value in (
+            ("success_criteria", success_criteria),
+            ("constraints", constraints),
+            ("required_evidence", required_evidence),
+        ):
+            object.__setattr__(self, name, _text_tuple(value, name))
         self._check()
 
     def _check(self) -> None:
-        modes = ", ".join(VerificationMode.__members__.values())
-        if self.mode not in VerificationMode.__members__.values():
-            raise ContractError(f"mode must be one of {modes}; got {self.mode!r}", field="mode")
-        object.__setattr__(self, "mode", VerificationMode(self.mode))
-        if not isinstance(self.goal, str):
-            raise ContractError("goal must be a string", field="goal")
-        for name in ("success_criteria", "constraints", "required_evidence"):
-            object.__setattr__(self, name, _text_tuple(getattr(self, name), name))
+        """The rules a contract of its mode keeps, once the fields hold a mode and tuples."""
         if self.mode is VerificationMode.OFF:
             return
         if not self.goal.strip():
