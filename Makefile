@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 # `make test` installs every extra; `make demo` and `make bench` only what they need.
-TEST_EXTRAS  := dev,sim,llm,bench
+TEST_EXTRAS  := dev,sim,llm,bench,postgres
 DEMO_EXTRAS  := sim
 BENCH_EXTRAS := bench,sim
 TEST_STAMP   := $(VENV)/.installed-test

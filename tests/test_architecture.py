@@ -196,7 +196,15 @@ def test_closure_walker_sees_nested_imports() -> None:
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "foundation",
-        ("pev.errors", "pev._json", "pev._imports", "pev.codec", "pev.policy", "pev.chat"),
+        (
+            "pev.errors",
+            "pev._json",
+            "pev._imports",
+            "pev._lazy",
+            "pev.codec",
+            "pev.policy",
+            "pev.chat",
+        ),
     ),
     ("model", ("pev.model",)),
     ("kernel", ("pev.kernel",)),

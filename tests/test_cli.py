@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -145,8 +146,10 @@ def test_show_prints_the_revision_timeline(db: Path) -> None:
         "kept",
         "diagnosis: plan_or_answer_error",
         "result: succeeded/passed",
+        "(lease epoch 1)",
     ):
         assert line in out
+    assert f"driven by {socket.gethostname()}:" in out
 
 
 def test_show_unknown_task_is_a_usage_error(db: Path) -> None:

@@ -477,3 +477,24 @@ def test_a_task_file_names_an_agent_whole(workdir: Path) -> None:
             await store.close()
 
     assert asyncio.run(components()) == {"agent": "agent:forecaster"}
+
+
+def test_resume_of_a_live_task_is_a_one_line_refusal(workdir: Path) -> None:
+    """A task another driver holds: one line naming the owner and the lease's expiry, exit 2."""
+    _create(workdir, "live-1", {"planner": "agent:planner", "tools": "agent:forecast"})
+
+    async def hold() -> None:
+        store = SQLiteStore(workdir / "ledger.db")
+        try:
+            await Ledger(store).acquire("live-1", "other-host:99:abcd", lease_s=600)
+        finally:
+            await store.close()
+
+    asyncio.run(hold())
+    events = _event_count(workdir, "live-1")
+    code, out = _pev(workdir, "resume", "live-1")
+    assert code == 2
+    assert len(out.strip().splitlines()) == 1, out
+    assert out.startswith("pev: task live-1 is being driven by other-host:99:abcd")
+    assert "its lease runs until" in out
+    assert _event_count(workdir, "live-1") == events

@@ -46,6 +46,7 @@ from pev.model import (
     VerifierFailure,
     canonical_json,
 )
+from pev.policy import RecoveryPolicy
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -456,3 +457,15 @@ def test_encode_rejects_an_unknown_type(write: Callable[[object], object]) -> No
 def test_codec_error_is_a_pev_error() -> None:
     """CodecError sits under the PevError root."""
     assert issubclass(CodecError, PevError)
+
+
+def test_a_field_added_later_is_written_only_when_it_is_not_its_default() -> None:
+    """RecoveryPolicy.lease_s (codec.ADDED): absent at its default, so older policies keep
+    their bytes and hashes; present otherwise; read back either way."""
+    default, longer = RecoveryPolicy(), RecoveryPolicy(lease_s=90)
+    assert "lease_s" not in codec.dumps(default)
+    assert codec.dumps(default) == canonical_json(codec.encode(default))
+    assert '"lease_s":90.0' in codec.dumps(longer)
+    assert codec.dumps(longer) == canonical_json(codec.encode(longer))
+    assert codec.loads(codec.dumps(default), RecoveryPolicy) == default
+    assert codec.loads(codec.dumps(longer), RecoveryPolicy) == longer

@@ -10,7 +10,7 @@ The packages (docs/design.md says what each promises, docs/architecture.md how t
 * :mod:`pev.model`: the data model (plans, node results, records, evidence, contracts, verdicts);
 * :mod:`pev.kernel`: the pure decision functions (diagnose, to_replan_action, decide);
 * :mod:`pev.ledger`: events, the fold, the task state machine and the hash chain;
-* :mod:`pev.stores`: the ledger stores (in-memory, SQLite);
+* :mod:`pev.stores`: the ledger stores (in-memory, SQLite, PostgreSQL) and ``open_store``;
 * :mod:`pev.rails`: observers of the loop; :mod:`pev.testing`: test doubles for your agents;
 * :mod:`pev.experience`: episodes, and the lessons learned from them;
 * :mod:`pev.chat`: the chat-model seam; :mod:`pev.llm`: LLM planners and verifiers over it;
@@ -21,7 +21,9 @@ The most used names are re-exported here.
 """
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
+from pev._lazy import lazy_names
 from pev.engine import (
     Agent,
     RunResult,
@@ -36,6 +38,9 @@ from pev.errors import (
     ComponentError,
     ConflictError,
     ContractError,
+    LeaseError,
+    LeaseHeld,
+    LeaseLost,
     LedgerCorruptError,
     PevError,
     PlanError,
@@ -80,7 +85,10 @@ from pev.model import (
     validate_plan,
 )
 from pev.policy import RecoveryPolicy
-from pev.stores import MemoryStore, SQLiteStore, Store
+from pev.stores import MemoryStore, SQLiteStore, Store, open_store
+
+if TYPE_CHECKING:
+    from pev.stores import PostgresStore
 
 try:
     __version__ = version("pev-agent")
@@ -104,6 +112,9 @@ __all__ = [
     "ExecutionRecord",
     "Finish",
     "GlobalReplan",
+    "LeaseError",
+    "LeaseHeld",
+    "LeaseLost",
     "Ledger",
     "LedgerCorruptError",
     "LocalReplan",
@@ -112,6 +123,7 @@ __all__ = [
     "Plan",
     "PlanError",
     "PlanNode",
+    "PostgresStore",
     "RecordStatus",
     "RecoveryPolicy",
     "Reliability",
@@ -138,6 +150,7 @@ __all__ = [
     "cancel",
     "decide",
     "diagnose",
+    "open_store",
     "replay",
     "resume",
     "run",
@@ -146,3 +159,7 @@ __all__ = [
     "tool",
     "validate_plan",
 ]
+
+
+# Served on first use, so that ``import pev`` needs no psycopg (see pev.stores).
+__getattr__ = lazy_names(__name__, {"PostgresStore": "pev.stores._postgres"})

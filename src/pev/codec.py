@@ -9,6 +9,10 @@ Conventions: a dataclass becomes an object of its fields; a member of a tagged u
 with a ``kind`` class variable) also carries ``"kind"``; enums become their values; tuples and
 frozensets become arrays (frozensets sorted); datetimes become ISO 8601 text in UTC; bytes
 become base64 text; JSON values pass through.
+
+Values grow without changing history: a field added to a value after ledgers were written with
+it carries :data:`ADDED` in its metadata, and is encoded only when it differs from its default.
+An event written before the field existed then encodes, and hashes, exactly as it did.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any, Literal, TypeVar, Union, cast
 from pev._json import JsonObject, JsonValue, canonical_json, freeze_json
 from pev.errors import CodecError, PevError
 
-__all__ = ["decode", "dumps", "encode", "loads"]
+__all__ = ["ADDED", "decode", "dumps", "encode", "loads"]
 
 T = TypeVar("T")
 
@@ -41,6 +45,15 @@ class _JsonValueHint:
 
 
 _LOCAL_HINTS = {"JsonValue": _JsonValueHint}
+
+ADDED: Mapping[str, object] = types.MappingProxyType({"pev.codec.added": True})
+"""Field metadata of a field added after values of its class were written to ledgers:
+``field(default=..., metadata=codec.ADDED)``. It is left out of the JSON while it holds its
+default, so older events keep their canonical text and their hashes."""
+
+
+def _added(field: dataclasses.Field[Any]) -> bool:
+    return bool(field.metadata.get("pev.codec.added"))
 
 
 def encode(value: object) -> object:
@@ -102,13 +115,18 @@ def _encode_enum(value: enum.Enum) -> object:
 
 
 def _dataclass_encoder(cls: type) -> Callable[[Any], object]:
-    names = tuple(field.name for field in _fields(cls))
+    names = tuple(field.name for field in _fields(cls) if not _added(field))
+    added = tuple((field.name, field.default) for field in _fields(cls) if _added(field))
     tag = _tag_of(cls)
 
     def encode_dataclass(value: object) -> object:
         out: dict[str, object] = {"kind": tag} if tag is not None else {}
         for name in names:
             out[name] = encode(getattr(value, name))
+        for name, default in added:
+            item = getattr(value, name)
+            if item != default:
+                out[name] = encode(item)
         return out
 
     return encode_dataclass
@@ -262,6 +280,11 @@ def _enum_writer(cls: type[enum.Enum]) -> Callable[[Any], str]:
 
 
 def _dataclass_writer(cls: type) -> Callable[[Any], str]:
+    if any(_added(field) for field in _fields(cls)):
+        # Which keys appear depends on the value: no fixed template (such classes are rare and
+        # written seldom, a task's policy once per task).
+        encoder = _dataclass_encoder(cls)
+        return lambda value: canonical_json(cast("JsonValue", encoder(value)))
     tag = _tag_of(cls)
     names = sorted(field.name for field in _fields(cls))
     keys = sorted([*names, "kind"]) if tag is not None else names

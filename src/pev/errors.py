@@ -10,6 +10,9 @@ kernel decides on; the exceptions here are for misuse, invalid input and broken 
     ├── CodecError           a value that cannot be encoded, or stored data that cannot be decoded
     ├── UsageError           pev was called in a way it cannot serve (a bug in the caller)
     │   └── ComponentError   a planner, executor, tools, verifier or observer that will not do
+    ├── LeaseError           who drives a task: a lease that cannot be had or was lost
+    │   ├── LeaseHeld        another live driver holds the task's lease
+    │   └── LeaseLost        this driver's lease was taken over; it must write nothing more
     └── StoreError           the ledger store failed or holds something it should not
         ├── ConflictError    another writer appended the same sequence number first
         ├── LedgerCorruptError  a stored ledger fails its hash chain or its fold
@@ -26,12 +29,16 @@ the message.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 __all__ = [
     "CodecError",
     "ComponentError",
     "ConflictError",
     "ContractError",
+    "LeaseError",
+    "LeaseHeld",
+    "LeaseLost",
     "LedgerCorruptError",
     "PevError",
     "PlanError",
@@ -116,6 +123,57 @@ class ComponentError(UsageError):
     def __init__(self, message: str, *, role: str) -> None:
         super().__init__(message)
         self.role = role
+
+
+class LeaseError(PevError):
+    """Who drives a task: its lease could not be taken, or was lost (see docs/workers.md).
+
+    Attributes:
+        task_id: The task concerned.
+    """
+
+    def __init__(self, message: str, *, task_id: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
+class LeaseHeld(LeaseError):  # noqa: N818 - the documented public name
+    """Another driver holds a live lease on the task: wait for it to end or expire.
+
+    Attributes:
+        task_id: The task concerned.
+        owner: Who holds the lease.
+        expires_at: When it expires unless renewed.
+    """
+
+    def __init__(self, task_id: str, *, owner: str, expires_at: datetime) -> None:
+        super().__init__(
+            f"task {task_id} is being driven by {owner} (lease until "
+            f"{expires_at.isoformat(timespec='seconds')}); wait for it to end, or for its lease "
+            "to expire if that driver is gone",
+            task_id=task_id,
+        )
+        self.owner = owner
+        self.expires_at = expires_at
+
+
+class LeaseLost(LeaseError):  # noqa: N818 - the documented public name
+    """This driver's lease on the task was taken over (a newer epoch); it writes nothing more.
+
+    Attributes:
+        task_id: The task concerned.
+        owner: The driver that lost it.
+        epoch: The epoch it held.
+    """
+
+    def __init__(self, task_id: str, *, owner: str, epoch: int) -> None:
+        super().__init__(
+            f"task {task_id}: {owner} lost its lease (epoch {epoch}) to another driver; it "
+            "stopped dispatching, and the new driver continues the task",
+            task_id=task_id,
+        )
+        self.owner = owner
+        self.epoch = epoch
 
 
 class StoreError(PevError):

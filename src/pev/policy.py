@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from pev.codec import ADDED
 
 __all__ = ["RecoveryPolicy"]
 
@@ -21,6 +23,9 @@ class RecoveryPolicy:
         task_timeout_s: The whole task's deadline.
         max_parallel: The most nodes running at once.
         max_nodes: The most nodes a plan may have.
+        lease_s: How long a driver's lease on the task lasts unless renewed; drivers renew it
+            every third of this (see docs/workers.md). A driver that is paused or cut off for
+            longer may be taken over.
 
     Raises:
         ValueError: A negative budget, a non-positive limit or timeout.
@@ -34,6 +39,9 @@ class RecoveryPolicy:
     task_timeout_s: float | None = None
     max_parallel: int = 8
     max_nodes: int = 64
+    # Added after ledgers were written without it: encoded only when not the default, so the
+    # policies of older tasks keep their bytes and hashes.
+    lease_s: float = field(default=30.0, metadata=ADDED)
 
     def __post_init__(self) -> None:
         for name, least in (
@@ -47,9 +55,15 @@ class RecoveryPolicy:
                 raise ValueError(
                     f"RecoveryPolicy.{name} must be a whole number >= {least}, got {value!r}"
                 )
-        for name in ("replan_timeout_s", "node_timeout_s", "verify_timeout_s", "task_timeout_s"):
+        for name in (
+            "replan_timeout_s",
+            "node_timeout_s",
+            "verify_timeout_s",
+            "task_timeout_s",
+            "lease_s",
+        ):
             value = getattr(self, name)
-            if value is None and name != "replan_timeout_s":
+            if value is None and name not in ("replan_timeout_s", "lease_s"):
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(

@@ -50,6 +50,7 @@ AGENT = textwrap.dedent(
 
     HERE = Path(__file__).parent
     HANG_S = 120.0  # far longer than any test waits: only a kill ends the hang
+    LEASE_S = 1.0  # a killed driver's lease frees this soon after its last heartbeat
 
 
     def mark(name, line):
@@ -150,14 +151,27 @@ AGENT = textwrap.dedent(
     }
 
 
+    async def resume_when_free(task_id, store):
+        """Resume once the killed driver's lease has expired, as an operator would wait."""
+        for _ in range(int(20 * LEASE_S / 0.1)):
+            try:
+                return await pev.resume(task_id, store=store)
+            except pev.LeaseHeld:
+                await asyncio.sleep(0.1)
+        return await pev.resume(task_id, store=store)
+
+
     def main():
         command, task_id, db = sys.argv[1:4]
         store = SQLiteStore(db)
         if command == "run":
             variant, given = sys.argv[4], json.loads(sys.argv[5])
-            result = pev.run_sync(given, store=store, task_id=task_id, **VARIANTS[variant]())
+            policy = pev.RecoveryPolicy(lease_s=LEASE_S)
+            result = pev.run_sync(
+                given, store=store, task_id=task_id, policy=policy, **VARIANTS[variant]()
+            )
         else:
-            result = asyncio.run(pev.resume(task_id, store=store))
+            result = asyncio.run(resume_when_free(task_id, store))
         print(json.dumps({"status": str(result.status), "reason": str(result.reason)}), flush=True)
     '''
 )
@@ -373,4 +387,37 @@ def test_a_cancel_from_another_process_stops_the_run(
     assert agent.lines("waits.log") == ["waiting"]  # w2 was never dispatched
     assert dispatches(entries, "w2") == []
     assert state.cancel_reason == "operator stop"
+    assert ok
+
+
+def test_a_paused_driver_taken_over_writes_and_dispatches_nothing_more(
+    agent: Agent, children: list[subprocess.Popen[str]]
+) -> None:
+    """SIGSTOP a driver mid-action past its lease; another takes over; SIGCONT: LeaseLost.
+
+    The zombie's next write is refused by the store (its epoch is stale), so it ends with
+    LeaseLost, having written and dispatched nothing after the takeover.
+    """
+    children.append(zombie := agent.run("t1", "tools", {"hang": "move"}))
+    agent.wait_for_line("moves.log", zombie)
+    os.kill(zombie.pid, signal.SIGSTOP)
+    try:
+        children.append(second := agent.start("resume", "t1", str(agent.db)))
+        assert outcome(second) == {"status": "partial", "reason": "device_failure"}
+        taken_over, before, _ = agent.history("t1")
+    finally:
+        os.kill(zombie.pid, signal.SIGCONT)
+    _, err = zombie.communicate(timeout=END_S)
+
+    assert zombie.returncode != 0
+    assert "LeaseLost" in err
+    state, entries, ok = agent.history("t1")
+    assert entries == before  # not one event from the zombie after the takeover
+    assert [(d.epoch, d.owner != state.drivers[0].owner) for d in state.drivers] == [
+        (1, False),
+        (2, True),
+    ]
+    assert taken_over.terminal
+    assert agent.lines("moves.log") == ["moved"]
+    assert len(dispatches(entries, "move")) == 1
     assert ok

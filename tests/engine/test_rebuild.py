@@ -62,7 +62,7 @@ def charged(record):
     return DeviceFailure(record.node_id, "no such charge")
 
 
-pay_tool = pev.tool(pay, effect="action", timeout_s=5, reconcile=charged)
+pay_tool = pev.tool(pay, effect="action", timeout_s=0.5, reconcile=charged)
 
 
 def planner(request):

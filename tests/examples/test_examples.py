@@ -418,7 +418,7 @@ async def test_task_file_matches_its_agent(name: str, agent: ModuleType, tools: 
                 "  verdict: replan_required, blames payout",
                 "  decision: local replan of payout",
                 "revision 2 (local, redo ['coverage', 'payment', 'payout'])",
-                "ledger: verified (28 events)",
+                "ledger: verified (29 events)",
                 "status: succeeded (passed) after 2 revision(s)",
                 (
                     'paid: {"amount":4000.0,"claim_id":"CLM-1042","payment_id":"PAY-CLM-1042",'

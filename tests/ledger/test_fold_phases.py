@@ -95,6 +95,7 @@ TABLE = {
     "cancel_requested": Row(
         EVENTS["cancel_requested"], ACTIVE - {TaskPhase.CANCELLING}, TaskPhase.CANCELLING
     ),
+    "driver_started": Row(EVENTS["driver_started"], ACTIVE),
     "task_finished": Row(EVENTS["task_finished"], ACTIVE, TaskPhase.FAILED),
 }
 

@@ -17,6 +17,7 @@ from pev.kernel import Finish, GlobalReplan, TaskStatus, TerminalReason, diagnos
 from pev.ledger import (
     CaptureFailed,
     Diagnosed,
+    DriverStarted,
     Event,
     Ledger,
     LedgerEntry,
@@ -157,6 +158,7 @@ class Tasks:
     async def everything(self, task_id: str) -> TaskState:
         """A task whose ledger holds every kind of event there is."""
         await self.create(task_id)
+        await self.append(task_id, [DriverStarted(owner="host:1:a", epoch=1, host="host")])
         state = await self.ledger.state(task_id)
         rejected = reject_plan(state, problems=("no nodes",), plan=None, now=self.clock())
         state = await self.append(task_id, rejected)

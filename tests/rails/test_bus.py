@@ -57,6 +57,7 @@ KIND_PHASES = [
     ("diagnosed", ["diagnosed"]),
     ("dispatched", ["dispatched"]),
     ("cancel_requested", []),
+    ("driver_started", []),
     ("task_finished", ["task_finished"]),
 ]
 

@@ -1,10 +1,15 @@
-"""A seed makes a run reproducible: the same ledger apart from times, the task id and hashes."""
+"""A seed makes a run reproducible: the same ledger apart from times, the task id and hashes.
+
+Who drove the task (the ``driver_started`` event's owner, host and process) is masked too: it
+names the machine and the process, as a time names the moment.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
-from pev.ledger import Ledger, event_text
+from pev.ledger import DriverStarted, Ledger, event_text
 from pev.sim import Fault, World, run_demo
 from pev.stores import MemoryStore
 
@@ -16,12 +21,13 @@ async def _masked_ledger(fault: Fault, seed: int) -> list[tuple[str, str]]:
     store = MemoryStore()
     result = await run_demo(fault, seed=seed, store=store)  # the real clock
     entries = await Ledger(store).entries(result.task_id)
+    events = [
+        replace(e, owner="<owner>", host="<host>", process=0) if isinstance(e, DriverStarted) else e
+        for e in (entry.event for entry in entries)
+    ]
     return [
-        (
-            entry.event.kind,
-            _TIME.sub("<time>", event_text(entry.event)).replace(result.task_id, "<task>"),
-        )
-        for entry in entries
+        (event.kind, _TIME.sub("<time>", event_text(event)).replace(result.task_id, "<task>"))
+        for event in events
     ]
 
 

@@ -270,3 +270,22 @@ async def test_rows_after_the_garbage_still_read(store: SQLiteStore, tasks: Task
     await tasks.awaiting_replan("t1")
     _overwrite_event(store.location, "t1", 4, "{not json at all")
     assert [entry.seq for entry in await store.read("t1", after=4)] == [5, 6, 7, 8, 9]
+
+
+async def test_reading_never_waits_for_a_writer(store: SQLiteStore, tasks: TaskFactory) -> None:
+    """While another connection holds the write lock, a fresh store opens, lists and reads."""
+    await tasks.executing("t1")
+    writer = sqlite3.connect(store.location, isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("INSERT INTO pev_meta (key, value) VALUES ('busy', 'writing')")
+        reader = SQLiteStore(store.location, busy_timeout_s=0.2)
+        try:
+            assert [row.task_id for row in await reader.list_tasks()] == ["t1"]
+            assert len(await reader.read("t1")) == 2
+            assert await reader.summary("t1") is not None
+        finally:
+            await reader.close()
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()

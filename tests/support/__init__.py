@@ -5,6 +5,7 @@ Test files import from here (``from tests.support.builders import created``): wi
 here is collected as a test.
 
 - :mod:`tests.support.builders`: ledger events, execution records, evidence and folded states.
+- :mod:`tests.support.postgres`: the PostgreSQL server the store tests use, and throwaway schemas.
 - :mod:`tests.support.phases`: the parcel task in each phase, and one event per row of the phase
   rule (the fold tests).
 - :mod:`tests.support.histories`: a Hypothesis strategy of histories the engine could write.

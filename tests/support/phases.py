@@ -23,6 +23,7 @@ from pev.ledger import (
     CaptureFailed,
     Diagnosed,
     Dispatched,
+    DriverStarted,
     Event,
     EvidenceCaptured,
     NodeFinished,
@@ -140,5 +141,6 @@ EVENTS: dict[str, Event] = {
     ),
     "awaiting_replan": AwaitingReplan(action=None, deadline=T0 + timedelta(seconds=60)),
     "cancel_requested": CancelRequested(reason="stop"),
+    "driver_started": DriverStarted(owner="host:1:a", epoch=1, host="host", process=1),
     "task_finished": TaskFinished(status=TaskStatus.FAILED, reason=TerminalReason.EXECUTION_FAILED),
 }

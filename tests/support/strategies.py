@@ -26,6 +26,7 @@ from pev.ledger import (
     CaptureFailed,
     Diagnosed,
     Dispatched,
+    DriverStarted,
     EvidenceCaptured,
     NodeDispatched,
     NodeFinished,
@@ -287,6 +288,13 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ),
     AwaitingReplan: st.builds(AwaitingReplan, action=st.none() | replans, deadline=times),
     CancelRequested: st.builds(CancelRequested, reason=texts),
+    DriverStarted: st.builds(
+        DriverStarted,
+        owner=texts,
+        epoch=st.integers(1, 10**6),
+        host=texts,
+        process=st.integers(0, 2**22),
+    ),
     TaskFinished: st.builds(
         TaskFinished,
         status=st.sampled_from(TaskStatus),

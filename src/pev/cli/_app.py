@@ -1,5 +1,8 @@
 """The `pev` command line: tasks (run, resume, cancel, list, show), ledgers, lessons, the demo.
 
+Every command opens the store ``--db`` (or ``PEV_DB``) names: an SQLite file path or a
+``postgresql://`` URL (docs/stores.md); ``pev db upgrade`` migrates a PostgreSQL schema.
+
 Exit codes (docs/design.md §9.2): 0 succeeded or ok, 1 failed (or a ledger that fails
 verification), 2 usage error, 3 partial, 4 cancelled, 130 interrupted with Ctrl-C.
 """
@@ -27,14 +30,26 @@ from pev.engine import RunResult
 from pev.errors import (
     ComponentError,
     ContractError,
+    LeaseHeld,
     PevError,
     SchemaVersionError,
     UnknownTaskError,
+    UsageError,
 )
 from pev.experience import Episode, Lesson, LessonBook
 from pev.kernel import TaskStatus
-from pev.ledger import TERMINAL_PHASES, ChainReport, Ledger, TaskPhase, TaskState, new_task_id
-from pev.stores import SQLiteStore
+from pev.ledger import (
+    SCHEMA_VERSION,
+    TERMINAL_PHASES,
+    ChainReport,
+    Ledger,
+    Store,
+    TaskPhase,
+    TaskState,
+    TaskSummary,
+    new_task_id,
+)
+from pev.stores import SQLiteStore, open_store
 
 __all__ = ["EXIT_CODES", "default_db", "main"]
 
@@ -62,11 +77,26 @@ def default_db() -> Path:
     return platformdirs.user_data_path("pev", appauthor=False) / "ledger.db"
 
 
-def _run(db: Path, work: Callable[[Ledger], Awaitable[T]]) -> T:
-    """Open the ledger at ``db``, run ``work`` on it, close it; pev errors become one line."""
+def _open(db: str) -> Store:
+    """The store ``db`` names; a bad name is one line (exit 2), a missing extra one line too."""
+    try:
+        return open_store(db)
+    except UsageError as exc:
+        raise BadArgument(f"--db: {exc}") from exc
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _where(store: Store) -> str:
+    """Where a store keeps its ledgers, for messages (a URL without its password)."""
+    return str(getattr(store, "location", type(store).__name__))
+
+
+def _run(db: str, work: Callable[[Ledger], Awaitable[T]]) -> T:
+    """Open the ledger ``db`` names, run ``work`` on it, close it; pev errors become one line."""
 
     async def session() -> T:
-        store = SQLiteStore(db)
+        store = _open(db)
         try:
             return await work(Ledger(store))
         finally:
@@ -84,16 +114,19 @@ def _run(db: Path, work: Callable[[Ledger], Awaitable[T]]) -> T:
 @click.version_option(package_name="pev-agent", prog_name="pev")
 @click.option(
     "--db",
-    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH|URL",
     envvar="PEV_DB",
     show_envvar=True,
     default=None,
-    help="The SQLite ledger file. [default: ledger.db in your data directory]",
+    help=(
+        "The ledger: an SQLite file, or a postgresql:// URL (?schema=NAME picks the PostgreSQL "
+        "schema; see docs/stores.md). [default: ledger.db in your data directory]"
+    ),
 )
 @click.pass_context
-def cli(ctx: click.Context, db: Path | None) -> None:
+def cli(ctx: click.Context, db: str | None) -> None:
     """pev: agents that plan, act, check their work, and diagnose before they re-plan."""
-    ctx.obj = db if db is not None else default_db()
+    ctx.obj = db or str(default_db())
 
 
 @cli.command()
@@ -112,7 +145,7 @@ def cli(ctx: click.Context, db: Path | None) -> None:
     help="Where the cubes start; the same seed gives the same ledger, apart from times and ids.",
 )
 @click.pass_obj
-def demo(db: Path, faults: Sequence[str], seed: int) -> None:
+def demo(db: str, faults: Sequence[str], seed: int) -> None:
     """Run the simulator demo: a Panda arm puts three cubes in a tray, one task per fault.
 
     Each task (no fault, slip, knock, timeout, dead-joint, camera) takes its own path through
@@ -122,15 +155,20 @@ def demo(db: Path, faults: Sequence[str], seed: int) -> None:
     """
     console = Console()
     chosen = list(faults) or list(DEMO_FAULTS)
-    images = db.parent / "demo-images"
+
+    async def demos(ledger: Ledger) -> tuple[bool, str]:
+        store = ledger.store
+        # The images go next to an SQLite file, else next to the default one.
+        beside = Path(store.location) if isinstance(store, SQLiteStore) else default_db()
+        images = beside.parent / "demo-images"
+        ok = await run_demos(ledger, chosen, seed=seed, console=console, images=images)
+        return ok, _where(store)
+
     try:
-        ok = _run(
-            db,
-            lambda ledger: run_demos(ledger, chosen, seed=seed, console=console, images=images),
-        )
+        ok, where = _run(db, demos)
     except ImportError as exc:
         raise click.ClickException(str(exc)) from exc
-    console.print(f"ledger: {db}")
+    console.print(f"ledger: {where}")
     console.print("list the tasks with `pev tasks`, and show one with `pev show TASK`.")
     if not ok:
         raise click.exceptions.Exit(1)
@@ -146,7 +184,7 @@ def demo(db: Path, faults: Sequence[str], seed: int) -> None:
 )
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
 @click.pass_obj
-def tasks(db: Path, statuses: Sequence[str], limit: int) -> None:
+def tasks(db: str, statuses: Sequence[str], limit: int) -> None:
     """List tasks, newest first."""
     phases: set[TaskPhase] | None = None
     if statuses:
@@ -156,12 +194,16 @@ def tasks(db: Path, statuses: Sequence[str], limit: int) -> None:
                 phases |= set(TaskPhase) - TERMINAL_PHASES
             else:
                 phases.add(TaskPhase(status))
-    summaries = _run(db, lambda ledger: ledger.tasks(phases=phases, limit=limit))
+
+    async def listed(ledger: Ledger) -> tuple[Sequence[TaskSummary], str]:
+        return await ledger.tasks(phases=phases, limit=limit), _where(ledger.store)
+
+    summaries, where = _run(db, listed)
     console = Console()
     if summaries:
         console.print(task_table(summaries))
     else:
-        console.print("no tasks" + (" with that status" if statuses else f" in {db}"))
+        console.print("no tasks" + (" with that status" if statuses else f" in {where}"))
 
 
 async def _all_task_ids(ledger: Ledger) -> list[str]:
@@ -188,7 +230,7 @@ async def _resolve(ledger: Ledger, task_id: str) -> str:
 @cli.command()
 @click.argument("task_id")
 @click.pass_obj
-def show(db: Path, task_id: str) -> None:
+def show(db: str, task_id: str) -> None:
     """Show one task (by id or unique id prefix): plans and node status, verdicts, decisions."""
 
     async def load(ledger: Ledger) -> TaskState:
@@ -205,7 +247,7 @@ def ledger() -> None:
 @ledger.command("verify")
 @click.argument("task_ids", nargs=-1)
 @click.pass_obj
-def verify(db: Path, task_ids: Sequence[str]) -> None:
+def verify(db: str, task_ids: Sequence[str]) -> None:
     """Check the hash chain of tasks (ids or unique prefixes; all by default); exit 1 if any fails.
 
     Detects an edited, dropped (the last one too) or reordered event, and names the first bad one.
@@ -232,7 +274,7 @@ def verify(db: Path, task_ids: Sequence[str]) -> None:
 @click.argument("lesson_id", metavar="[LESSON]", required=False)
 @click.option("--all", "show_all", is_flag=True, help="List candidates too, not only active ones.")
 @click.pass_obj
-def lessons_command(db: Path, lesson_id: str | None, show_all: bool) -> None:
+def lessons_command(db: str, lesson_id: str | None, show_all: bool) -> None:
     """List the lessons learned from ended tasks, or show one with the episodes behind it.
 
     LESSON is a lesson id or a unique prefix of one. Active lessons are given to planners as
@@ -242,15 +284,16 @@ def lessons_command(db: Path, lesson_id: str | None, show_all: bool) -> None:
     console = Console()
     if lesson_id is None:
 
-        async def listed(ledger: Ledger) -> tuple[Lesson, ...]:
-            return await LessonBook(ledger.store).all()
+        async def listed(ledger: Ledger) -> tuple[tuple[Lesson, ...], str]:
+            return await LessonBook(ledger.store).all(), _where(ledger.store)
 
-        lessons = [lesson for lesson in _run(db, listed) if show_all or lesson.active]
+        every, where = _run(db, listed)
+        lessons = [lesson for lesson in every if show_all or lesson.active]
         if lessons:
             console.print(lesson_list(lessons))
         else:
             what = "lessons" if show_all else "active lessons (`pev lessons --all` adds candidates)"
-            console.print(f"no {what} in {db}")
+            console.print(f"no {what} in {where}")
         return
 
     async def shown(ledger: Ledger) -> tuple[Lesson, tuple[Episode, ...]]:
@@ -266,6 +309,44 @@ def lessons_command(db: Path, lesson_id: str | None, show_all: bool) -> None:
         return matches[0], await book.episodes(matches[0].id)
 
     console.print(lesson_view(*_run(db, shown)))
+
+
+@cli.group("db")
+def db_group() -> None:
+    """The ledger database itself: its schema version."""
+
+
+@db_group.command("upgrade")
+@click.pass_obj
+def db_upgrade(db: str) -> None:
+    """Bring the ledger's schema to this pev's version, and say what was done.
+
+    For a postgresql:// --db: applies the missing migrations in order, in one transaction, while
+    a lock makes any other upgrader wait; an empty schema gets pev's tables. Run it after
+    installing a newer pev, before its workers start (they refuse an older schema). An SQLite
+    file needs no upgrade and is left as it is. Exit codes: 0 done or already current, 1 the
+    database cannot be reached or is not a pev ledger, 2 a bad --db or a schema newer than
+    this pev.
+    """
+
+    async def upgrade(ledger: Ledger) -> str:
+        store = ledger.store
+        if isinstance(store, SQLiteStore):
+            return (
+                f"{store.location}: an SQLite ledger at schema version {SCHEMA_VERSION}; "
+                "nothing to upgrade"
+            )
+        from pev.stores import PostgresStore  # noqa: PLC0415 - a URL named it: the extra is here
+
+        assert isinstance(store, PostgresStore)  # noqa: S101 - open_store gives one or the other
+        before, after = await store.upgrade()
+        if before == after:
+            return f"{store.location}: schema version {after}, already current; nothing to do"
+        if before == 0:
+            return f"{store.location}: created pev's tables at schema version {after}"
+        return f"{store.location}: upgraded from schema version {before} to {after}"
+
+    Console().print(_run(db, upgrade), soft_wrap=True, highlight=False)
 
 
 def _fail(message: str, *, code: int = 2) -> NoReturn:
@@ -302,7 +383,7 @@ def _ended(console: Console, state: TaskState, *, progress: ConsoleRail | None) 
 @click.option("--task-id", help="The new task's id. [default: a fresh UUID]")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the result line.")
 @click.pass_obj
-def run_command(db: Path, task_file: Path, task_id: str | None, quiet: bool) -> None:
+def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> None:
     """Run a task file; exit with the task's status.
 
     TASKFILE describes one task in TOML (see docs/cli.md). Prints each phase of the loop as it
@@ -348,7 +429,7 @@ def run_command(db: Path, task_file: Path, task_id: str | None, quiet: bool) -> 
 @click.argument("task_id", metavar="TASK")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the result line.")
 @click.pass_obj
-def resume_command(db: Path, task_id: str, quiet: bool) -> None:
+def resume_command(db: str, task_id: str, quiet: bool) -> None:
     """Continue a task after a crash; exit with its status.
 
     TASK is a task id or a unique prefix of one. Its components are rebuilt from the import
@@ -368,6 +449,12 @@ def resume_command(db: Path, task_id: str, quiet: bool) -> None:
             result = await engine.resume(
                 full_id, store=ledger.store, rails=rails, experience=LessonBook(ledger.store)
             )
+        except LeaseHeld as exc:
+            _fail(
+                f"task {full_id} is being driven by {exc.owner} (its lease runs until "
+                f"{exc.expires_at.isoformat(timespec='seconds')}); resuming it now would race "
+                "that driver: wait for it to end, or, if it is gone, for its lease to expire"
+            )
         except ComponentError as exc:
             # The engine's message says what failed and ends "pass planner=...", which only
             # Python can do: say so, with the call to make.
@@ -385,7 +472,7 @@ def resume_command(db: Path, task_id: str, quiet: bool) -> None:
 @click.argument("task_id", metavar="TASK")
 @click.option("--reason", default="", help="Why; written to the ledger.")
 @click.pass_obj
-def cancel_command(db: Path, task_id: str, reason: str) -> None:
+def cancel_command(db: str, task_id: str, reason: str) -> None:
     """Ask a task to stop (an ended one is left unchanged).
 
     TASK is a task id or a unique prefix of one. The process driving the task stops

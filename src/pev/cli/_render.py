@@ -106,6 +106,10 @@ def _header(state: TaskState) -> RenderableType:
         Text(f"contract: {contract.mode}" + (f", goal: {contract.goal}" if contract.goal else ""))
     )
     lines.extend(Text(f"  criterion: {criterion}") for criterion in contract.success_criteria)
+    lines.extend(
+        Text(f"driven by {driver.owner} (lease epoch {driver.epoch})", style="dim")
+        for driver in state.drivers
+    )
     return Group(*lines, Text(""))
 
 

@@ -292,7 +292,6 @@ async def resume(
         clock=clock or utc_now,
         lessons=advice,
     )
-    await driver.settle_unfinished()
     result = await driver.drive()
     await _learn(experience, driver.state)
     return result

@@ -9,13 +9,13 @@ the cancel signal, the deadline, and the drive's thread pool for sync code.
 The steps live beside it, each depending on a narrow protocol rather than on the driver:
 planning (:mod:`~pev.engine._plan_step`), a round (:mod:`~pev.engine._round`), settling
 (:mod:`~pev.engine._settle`), observing (:mod:`~pev.engine._observe_step`) and verifying
-(:mod:`~pev.engine._verify_step`).
+(:mod:`~pev.engine._verify_step`). A drive holds the task's lease throughout
+(:mod:`~pev.engine._tenure`): every write carries it as a fence.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -29,6 +29,7 @@ from pev.engine._protocols import NodeContext
 from pev.engine._result import RunResult
 from pev.engine._round import Round
 from pev.engine._settle import Settler
+from pev.engine._tenure import Tenure, new_owner
 from pev.engine._threads import run_threads
 from pev.engine._verify_step import VerifyStep
 from pev.errors import ConflictError, PevError, StateError
@@ -42,7 +43,7 @@ from pev.ledger import (
     cancel_outcome,
     executed_ok,
 )
-from pev.model import EvidencePhase, PlanNode
+from pev.model import EvidencePhase, ExecutionRecord, PlanNode
 from pev.rails import RailBus
 
 __all__ = ["Driver"]
@@ -76,6 +77,7 @@ class Driver:
         clock: Callable[[], datetime],
         poll_s: float = 0.25,
         lessons: tuple[str, ...] = (),
+        owner: str | None = None,
     ) -> None:
         self._ledger = ledger
         self._task_id = state.task_id
@@ -88,6 +90,9 @@ class Driver:
         self.cancel_signal = asyncio.Event()
         self.tools = components.tools
         self._write_lock = asyncio.Lock()
+        self._tenure = Tenure(
+            ledger, state.task_id, owner=owner or new_owner(), lease_s=state.policy.lease_s
+        )
         cancel = self.cancel_signal
         self._planning = PlanStep(
             self, components.plan, cancel=cancel, tools=components.tools, lessons=lessons
@@ -95,21 +100,47 @@ class Driver:
         self._verifying = VerifyStep(self, components.verify, cancel=cancel, lessons=lessons)
         observe = components.observe
         self._observing = None if observe is None else ObserveStep(self, observe)
-        self._settler = Settler(self, components.reconcile)
+        self._settler = Settler(self, components.reconcile, timeout_of=self._record_timeout)
 
     # -- the loop -------------------------------------------------------------------------
 
     async def drive(self) -> RunResult:
-        """Take steps until the task ends; return its result (rebuilt from the ledger)."""
+        """Take the task's lease, settle what a crash left unfinished, step until the task ends.
+
+        Returns:
+            The task's result, rebuilt from the ledger.
+
+        Raises:
+            LeaseHeld: Another live driver holds the task (nothing was written).
+            LeaseLost: Another driver took the task over while this one drove it; this one
+                dispatched nothing more.
+        """
+        tenure = self._tenure
+        started = await tenure.take()
+        main = asyncio.current_task()
         # Sync code the drive calls runs in the drive's own pool, shut down when it ends.
         with run_threads(self._task_id):
-            watcher = asyncio.create_task(self._watch(), name=f"pev-watch-{self._task_id}")
+            helpers = [
+                asyncio.create_task(self._watch(), name=f"pev-watch-{self._task_id}"),
+                asyncio.create_task(
+                    tenure.beat(on_lost=main.cancel if main is not None else _nothing),
+                    name=f"pev-lease-{self._task_id}",
+                ),
+            ]
             try:
+                await self.write([started])
+                await self._settler.unfinished()
                 await self._loop()
+            except asyncio.CancelledError:
+                if not tenure.lost or main is None:
+                    raise
+                main.uncancel()
+                raise tenure.lost_error() from None
             finally:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+                for helper in helpers:
+                    helper.cancel()
+                await asyncio.gather(*helpers, return_exceptions=True)
+                await tenure.release()
         return RunResult.from_state(self.state)
 
     async def _loop(self) -> None:
@@ -176,7 +207,9 @@ class Driver:
     async def _append(self, events: list[Event]) -> TaskState:
         for _ in range(_CONFLICT_RETRIES):
             try:
-                state, entries = await self._ledger.write(self._task_id, events)
+                state, entries = await self._ledger.write(
+                    self._task_id, events, fence=self._tenure.lease
+                )
             except ConflictError:
                 await self._refresh()
                 if self.state.terminal:
@@ -219,13 +252,14 @@ class Driver:
         own = self._c.tool_timeouts.get(node.tool or "") or self.state.policy.node_timeout_s
         return self.deadline.within(own)
 
+    def _record_timeout(self, record: ExecutionRecord) -> float | None:
+        """How long the call behind a record could run: its tool's timeout, else the policy's."""
+        return self._c.tool_timeouts.get(record.tool or "") or self.state.policy.node_timeout_s
+
     async def execute(self, node: PlanNode, context: NodeContext) -> object:
         """Call the executor."""
         return await self._c.execute(node, context)
 
-    # -- resume ---------------------------------------------------------------------------
 
-    async def settle_unfinished(self) -> None:
-        """Settle records a crash left unfinished (see :class:`~pev.engine._settle.Settler`)."""
-        with run_threads(self._task_id):
-            await self._settler.unfinished()
+def _nothing() -> None:
+    """Nothing to tell: the drive runs outside any task."""

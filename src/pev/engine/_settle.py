@@ -6,6 +6,14 @@ have taken effect: when the executor can tell (``reconcile(record)``), what it e
 left ``pending``, ``accepted`` or ``running`` are settled the same way, else marked ``unknown``
 (an action) or ``failed`` (a query). Either way nothing is dispatched again, and the executor is
 asked about each record at most once per drive.
+
+A record left unfinished by an earlier driver may still be in flight: fencing stops that driver's
+writes, not a tool call it already started. So an unfinished action is asked about only once its
+own deadline (its dispatch time plus its tool's timeout, else ``node_timeout_s``) has passed, and
+the drive waits for that moment (within the task deadline). Without such a deadline the call
+could still land at any time: a reconcile answer that it did *not* happen is then not trusted,
+and the record stays ``unknown``; an answer that it did happen always counts (see docs/tools.md,
+"Reconciling a call of unknown outcome").
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 from pev.engine._host import TaskHost
@@ -41,9 +50,16 @@ class Settler:
     the task's state, its deadline (and clock), and writing.
     """
 
-    def __init__(self, host: TaskHost, reconcile: Callable[..., Awaitable[Any]] | None) -> None:
+    def __init__(
+        self,
+        host: TaskHost,
+        reconcile: Callable[..., Awaitable[Any]] | None,
+        *,
+        timeout_of: Callable[[ExecutionRecord], float | None] = lambda record: None,
+    ) -> None:
         self._host = host
         self._reconcile = reconcile
+        self._timeout_of = timeout_of
         self._asked: set[RecordId] = set()
 
     async def after_round(self, number: int) -> None:
@@ -82,7 +98,7 @@ class Settler:
         """
         events: list[Event] = []
         for record in unfinished_records(self._host.state):
-            result = await self._ask(record)
+            result = await self._ask_unfinished(record)
             if result is None and record.effect is Effect.ACTION:
                 result = DeviceFailure(
                     record.node_id,
@@ -103,6 +119,23 @@ class Settler:
                 )
             )
         await self._host.write(events)
+
+    async def _ask_unfinished(self, record: ExecutionRecord) -> NodeResult | None:
+        """What an unfinished record did, asked once the call can no longer land (see above)."""
+        if self._reconcile is None or record.effect is not Effect.ACTION:
+            return await self._ask(record)
+        timeout = self._timeout_of(record)
+        if timeout is None:
+            answer = await self._ask(record)
+            return answer if isinstance(answer, Success) else None
+        ends = record.created_at + timedelta(seconds=timeout)
+        wait = (ends - self._host.deadline.now()).total_seconds()
+        if wait > 0:
+            left = self._host.deadline.remaining_s()
+            if left is not None and left <= wait:
+                return None  # the task ends before the call could be known to be over
+            await asyncio.sleep(wait)
+        return await self._ask(record)
 
     async def _ask(self, record: ExecutionRecord) -> NodeResult | None:
         """The executor's answer for one record, or ``None``; a reconcile that fails is logged.

@@ -39,6 +39,7 @@ __all__ = [
     "CaptureFailed",
     "Diagnosed",
     "Dispatched",
+    "DriverStarted",
     "Event",
     "EvidenceCaptured",
     "LedgerEntry",
@@ -311,6 +312,24 @@ class CancelRequested:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DriverStarted:
+    """A driver took the task's lease and starts driving it: its first write under that epoch.
+
+    Attributes:
+        owner: The driver's lease owner id.
+        epoch: The lease's fencing epoch (one more than the last driver's).
+        host: The machine it runs on.
+        process: Its process id.
+    """
+
+    kind: ClassVar[Literal["driver_started"]] = "driver_started"
+    owner: str
+    epoch: int
+    host: str = ""
+    process: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskFinished:
     """The task ended; nothing follows this event.
 
@@ -346,6 +365,7 @@ Event: TypeAlias = (
     | Dispatched
     | AwaitingReplan
     | CancelRequested
+    | DriverStarted
     | TaskFinished
 )
 """Every event a ledger can hold."""

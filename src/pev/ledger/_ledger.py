@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from pev.errors import (
     ConflictError,
+    LeaseLost,
     LedgerCorruptError,
     SchemaVersionError,
     StateError,
@@ -22,6 +23,7 @@ from pev.errors import (
 )
 from pev.ledger._chain import GENESIS_HASH, ChainReport, seal, verify_chain
 from pev.ledger._events import Event, LedgerEntry
+from pev.ledger._lease import Lease
 from pev.ledger._machine import expire, new_task, request_cancel
 from pev.ledger._phases import TaskPhase
 from pev.ledger._state import TaskState, apply
@@ -146,32 +148,68 @@ class Ledger:
             return kept
         return self._keep(task_id, head)
 
-    async def append(self, task_id: str, events: Sequence[Event]) -> TaskState:
+    async def append(
+        self, task_id: str, events: Sequence[Event], *, fence: Lease | None = None
+    ) -> TaskState:
         """Append events to a task in one durable transaction, and return the new state.
+
+        Args:
+            task_id: The task.
+            events: What to append, in order.
+            fence: The writer's lease: the store refuses the append unless it is the task's
+                current lease (see :mod:`pev.ledger._lease`).
 
         Raises:
             StateError: An event is not allowed where the task stands; nothing was written.
             ConflictError: Another writer appended first; re-read the state and decide again.
+            LeaseLost: ``fence`` is no longer the task's lease; nothing was written.
         """
-        state, _ = await self.write(task_id, events)
+        state, _ = await self.write(task_id, events, fence=fence)
         return state
 
     async def write(
-        self, task_id: str, events: Sequence[Event]
+        self, task_id: str, events: Sequence[Event], *, fence: Lease | None = None
     ) -> tuple[TaskState, tuple[LedgerEntry, ...]]:
         """Like :meth:`append`, also returning the entries written (for observers of the log).
 
         Raises:
             StateError: An event is not allowed where the task stands; nothing was written.
             ConflictError: Another writer appended first; re-read the state and decide again.
+            LeaseLost: ``fence`` is no longer the task's lease; nothing was written.
         """
         # The cached head is enough: if another writer moved the task on, the store refuses the
         # stale sequence number with ConflictError and the cache is dropped.
         head = self._heads.get(task_id) or await self._head(task_id)
-        return await self._write(head, task_id, events)
+        return await self._write(head, task_id, events, fence=fence)
+
+    async def acquire(self, task_id: str, owner: str, *, lease_s: float) -> Lease:
+        """Take the task's lease for ``owner`` until now + ``lease_s`` (the ledger's clock).
+
+        Raises:
+            UnknownTaskError: No task has that id.
+            LeaseHeld: Another owner holds a live lease.
+        """
+        return await self._store.acquire_lease(task_id, owner, now=self._clock(), lease_s=lease_s)
+
+    async def renew(self, lease: Lease, *, lease_s: float) -> Lease:
+        """Extend ``lease`` to now + ``lease_s`` while it is the task's current lease.
+
+        Raises:
+            LeaseLost: It was taken over.
+        """
+        return await self._store.renew_lease(lease, now=self._clock(), lease_s=lease_s)
+
+    async def release(self, lease: Lease) -> None:
+        """Free ``lease`` now (a lease taken over meanwhile is left as it is)."""
+        await self._store.release_lease(lease, now=self._clock())
 
     async def _write(
-        self, head: _Head | None, task_id: str, events: Sequence[Event]
+        self,
+        head: _Head | None,
+        task_id: str,
+        events: Sequence[Event],
+        *,
+        fence: Lease | None = None,
     ) -> tuple[TaskState, tuple[LedgerEntry, ...]]:
         """Fold, seal and append ``events`` after ``head`` (``None``: a new task's first)."""
         if not events and head is not None:
@@ -194,8 +232,8 @@ class Ledger:
         title = head.title if head is not None else task_title(new_state.created)
         summary = summarize(new_state, head_hash=entries[-1].hash, title=title)
         try:
-            await self._store.append(entries, summary)
-        except ConflictError:
+            await self._store.append(entries, summary, fence=fence)
+        except (ConflictError, LeaseLost):
             self._heads.pop(task_id, None)
             raise
         self._keep(task_id, _Head(new_state, entries[-1].seq, entries[-1].hash, title))

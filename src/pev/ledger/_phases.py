@@ -83,6 +83,7 @@ ALLOWED_PHASES: Mapping[str, frozenset[TaskPhase]] = MappingProxyType(
         "dispatched": frozenset({TaskPhase.VERIFYING}),
         "awaiting_replan": frozenset({TaskPhase.VERIFYING, TaskPhase.PLANNING}),
         "cancel_requested": _LIVE - {TaskPhase.CANCELLING},
+        "driver_started": _LIVE,
         "task_finished": _LIVE,
     }
 )

@@ -21,6 +21,7 @@ from pev.ledger._events import (
     CaptureFailed,
     Diagnosed,
     Dispatched,
+    DriverStarted,
     Event,
     EvidenceCaptured,
     LedgerEntry,
@@ -129,6 +130,7 @@ class TaskState:
         replan_action: The replan being waited for or planned.
         replan_deadline: When the current replan must have begun.
         cancel_reason: Why a cancel was requested, once one was.
+        drivers: Who drove each stretch of the task, in order (one event per lease epoch).
         finished: The final event, once the task ended.
     """
 
@@ -155,6 +157,7 @@ class TaskState:
     replan_action: LocalReplan | GlobalReplan | None = None
     replan_deadline: datetime | None = None
     cancel_reason: str | None = None
+    drivers: tuple[DriverStarted, ...] = ()
     finished: TaskFinished | None = None
 
     @property
@@ -337,6 +340,14 @@ def _changes(state: TaskState, event: Event, *, at: datetime | None) -> dict[str
             }
         case CancelRequested():
             return {"cancel_reason": event.reason}
+        case DriverStarted():
+            if state.drivers and event.epoch <= state.drivers[-1].epoch:
+                _refuse(
+                    state,
+                    event,
+                    f"epoch {event.epoch} does not follow epoch {state.drivers[-1].epoch}",
+                )
+            return {"drivers": (*state.drivers, event)}
         case TaskFinished():
             if not outcome_allowed(event.status, event.reason):
                 _refuse(state, event, f"status {event.status} cannot carry reason {event.reason}")

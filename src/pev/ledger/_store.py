@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from pev.errors import ConflictError, StoreError
 from pev.ledger._events import LedgerEntry
+from pev.ledger._lease import Lease
 from pev.ledger._phases import TaskPhase
 from pev.ledger._summary import TaskSummary
 from pev.model import TaskId
@@ -27,16 +28,51 @@ class Store(Protocol):
       another writer already wrote gets :class:`~pev.errors.ConflictError` and writes nothing;
     * the first entry links to the stored head (``prev_hash``), else
       :class:`~pev.errors.StoreError`;
-    * what was written is read back unchanged, in sequence order.
+    * an append that carries a lease (``fence``) is refused with
+      :class:`~pev.errors.LeaseLost` unless that lease is the task's current one, checked in
+      the append's own transaction (:func:`~pev.ledger.check_fence`);
+    * what was written is read back unchanged, in sequence order;
+    * leases follow :func:`~pev.ledger.acquired`, :func:`~pev.ledger.renewed` and
+      :func:`~pev.ledger.released`, each applied in one transaction.
     """
 
-    async def append(self, entries: Sequence[LedgerEntry], summary: TaskSummary) -> None:
+    async def append(
+        self, entries: Sequence[LedgerEntry], summary: TaskSummary, *, fence: Lease | None = None
+    ) -> None:
         """Write consecutive entries of one task and its new index row, atomically.
 
         Raises:
             ConflictError: Another writer already appended the first entry's sequence number.
+            LeaseLost: ``fence`` is given and is not the task's current lease.
             StoreError: The entries are empty, mixed, not consecutive, or do not link to the head.
         """
+        ...
+
+    async def acquire_lease(
+        self, task_id: str, owner: str, *, now: datetime, lease_s: float
+    ) -> Lease:
+        """Take the task's lease for ``owner`` until ``now + lease_s`` (see ``acquired``).
+
+        Raises:
+            UnknownTaskError: No task has that id.
+            LeaseHeld: Another owner holds a live lease.
+        """
+        ...
+
+    async def renew_lease(self, lease: Lease, *, now: datetime, lease_s: float) -> Lease:
+        """Extend ``lease`` to ``now + lease_s`` while it is the task's current one.
+
+        Raises:
+            LeaseLost: The task's lease has another owner or epoch.
+        """
+        ...
+
+    async def release_lease(self, lease: Lease, *, now: datetime) -> None:
+        """Free ``lease`` from ``now``; a lease taken over meanwhile is left as it is."""
+        ...
+
+    async def lease(self, task_id: str) -> Lease | None:
+        """The task's current lease (live or not), or ``None`` if it never had one."""
         ...
 
     async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:

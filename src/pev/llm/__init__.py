@@ -20,9 +20,9 @@ never do. See ``docs/llm.md``.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from pev._lazy import lazy_names
 from pev.chat import ChatMessage, ChatModel, ChatReply, ChatRequest, LLMError
 from pev.llm._planner import LLMPlanner
 from pev.llm._verifier import LLMVerifier
@@ -41,21 +41,9 @@ __all__ = [
     "OpenAIChat",
 ]
 
-# Names served from modules that need an extra, imported when first asked for.
-_LAZY = {"OpenAIChat": "pev.llm.openai"}
-
-
-def __getattr__(name: str) -> object:
-    """Import :class:`OpenAIChat` on first use, so ``import pev.llm`` needs no openai SDK.
-
-    Raises:
-        ImportError: The openai SDK is missing (the message names the ``llm`` extra).
-        AttributeError: ``name`` is not a name of this module.
-    """
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+# Served on first use, so that ``import pev.llm`` needs no openai SDK; without the ``llm`` extra,
+# using the name raises an ImportError that names it.
+__getattr__ = lazy_names(__name__, {"OpenAIChat": "pev.llm.openai"})
 
 
 def __dir__() -> list[str]:

@@ -34,8 +34,8 @@ class RailPhase(StrEnum):
 # The phases each ledger event marks, by event kind, in the order rails see them. An accepted plan
 # is two boundaries at once: planning ended (planned) and the revision began (revision_started).
 # Every kind missing here (replan_started, plan_rejected, node_progressed, node_skipped,
-# record_reconciled, capture_failed, awaiting_replan, cancel_requested) is bookkeeping inside a
-# phase, and no rail hears of it.
+# record_reconciled, capture_failed, awaiting_replan, cancel_requested, driver_started) is
+# bookkeeping inside a phase, and no rail hears of it.
 PHASES_OF_EVENT: Mapping[str, tuple[RailPhase, ...]] = MappingProxyType(
     {
         "task_created": (RailPhase.TASK_STARTED,),

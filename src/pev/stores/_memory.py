@@ -13,7 +13,18 @@ from datetime import datetime
 from pev.errors import StoreError, UnknownTaskError
 from pev.experience import Episode, Lesson, LessonStatus, lesson_terms, search_terms
 from pev.kernel import deadline_passed
-from pev.ledger import GENESIS_HASH, LedgerEntry, TaskPhase, TaskSummary, check_batch
+from pev.ledger import (
+    GENESIS_HASH,
+    Lease,
+    LedgerEntry,
+    TaskPhase,
+    TaskSummary,
+    acquired,
+    check_batch,
+    check_fence,
+    released,
+    renewed,
+)
 from pev.model import TaskId
 
 __all__ = ["MemoryStore"]
@@ -35,13 +46,18 @@ class MemoryStore:
         self._episodes: dict[str, Episode] = {}
         self._support: dict[str, dict[str, None]] = {}  # lesson id -> task ids, in save order
         self._lessons: dict[str, Lesson] = {}
+        self._leases: dict[str, Lease] = {}
         self._closed = False
 
-    async def append(self, entries: Sequence[LedgerEntry], summary: TaskSummary) -> None:
+    async def append(
+        self, entries: Sequence[LedgerEntry], summary: TaskSummary, *, fence: Lease | None = None
+    ) -> None:
         """Append a batch and its index row atomically (see :class:`pev.ledger.Store`)."""
         with self._lock:
             self._check_open()
             task_id = entries[0].task_id if entries else ""
+            if fence is not None:
+                check_fence(self._leases.get(task_id), fence)
             stored = self._entries.get(task_id, [])
             head_seq = stored[-1].seq if stored else 0
             head_hash = stored[-1].hash if stored else GENESIS_HASH
@@ -53,6 +69,40 @@ class MemoryStore:
                 self._waiting.pop(task_id, None)
             else:
                 self._waiting[task_id] = summary.replan_deadline
+
+    async def acquire_lease(
+        self, task_id: str, owner: str, *, now: datetime, lease_s: float
+    ) -> Lease:
+        """Take the task's lease for ``owner`` (see :class:`pev.ledger.Store`)."""
+        with self._lock:
+            self._check_open()
+            if task_id not in self._entries:
+                raise UnknownTaskError(task_id)
+            lease = acquired(self._leases.get(task_id), task_id, owner, now=now, lease_s=lease_s)
+            self._leases[task_id] = lease
+            return lease
+
+    async def renew_lease(self, lease: Lease, *, now: datetime, lease_s: float) -> Lease:
+        """Extend the lease while it is the task's current one."""
+        with self._lock:
+            self._check_open()
+            longer = renewed(self._leases.get(lease.task_id), lease, now=now, lease_s=lease_s)
+            self._leases[lease.task_id] = longer
+            return longer
+
+    async def release_lease(self, lease: Lease, *, now: datetime) -> None:
+        """Free the lease from ``now``, unless it was taken over."""
+        with self._lock:
+            self._check_open()
+            freed = released(self._leases.get(lease.task_id), lease, now=now)
+            if freed is not None:
+                self._leases[lease.task_id] = freed
+
+    async def lease(self, task_id: str) -> Lease | None:
+        """The task's current lease, or ``None``."""
+        with self._lock:
+            self._check_open()
+            return self._leases.get(task_id)
 
     async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
         """The task's entries after ``after`` (see :class:`pev.ledger.Store`)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Collection, Sequence
@@ -44,10 +45,15 @@ from pev.ledger import (
     GENESIS_HASH,
     SCHEMA_VERSION,
     Event,
+    Lease,
     LedgerEntry,
     TaskPhase,
     TaskSummary,
+    acquired,
     check_batch,
+    check_fence,
+    released,
+    renewed,
 )
 from pev.ledger._chain import entry_texts
 from pev.model import TaskId
@@ -96,6 +102,12 @@ CREATE INDEX IF NOT EXISTS pev_tasks_by_created ON pev_tasks (created_at DESC, t
 CREATE INDEX IF NOT EXISTS pev_tasks_by_phase ON pev_tasks (phase, created_at DESC);
 CREATE INDEX IF NOT EXISTS pev_tasks_waiting ON pev_tasks (replan_deadline)
     WHERE replan_deadline IS NOT NULL;
+CREATE TABLE IF NOT EXISTS pev_leases (
+    task_id    TEXT PRIMARY KEY,
+    owner      TEXT    NOT NULL,
+    epoch      INTEGER NOT NULL CHECK (epoch >= 1),
+    expires_at TEXT    NOT NULL
+) WITHOUT ROWID;
 """
 
 # Experience (docs/design.md §8): episodes, lessons, and which episodes support which lesson.
@@ -151,6 +163,42 @@ _SELECT_HEAD = (
 _UPDATE_HEAD = (
     "UPDATE pev_tasks SET updated_at = ?, event_count = ?, head_hash = ? WHERE task_id = ?"
 )
+_SELECT_LEASE = "SELECT owner, epoch, expires_at FROM pev_leases WHERE task_id = ?"
+_UPSERT_LEASE = (
+    "INSERT INTO pev_leases (task_id, owner, epoch, expires_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (task_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
+    "expires_at = excluded.expires_at"
+)
+
+
+# Every table, index and trigger the schemas create: a file holding them all needs no write to
+# be opened.
+_SCHEMA_OBJECTS = frozenset(
+    re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) IF NOT EXISTS (\w+)", _SCHEMA + _EXPERIENCE_SCHEMA)
+)
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return conn.execute(query, (name,)).fetchone() is not None
+
+
+def _lease_of(conn: sqlite3.Connection, task_id: str) -> Lease | None:
+    row = conn.execute(_SELECT_LEASE, (task_id,)).fetchone()
+    if row is None:
+        return None
+    return Lease(
+        task_id=TaskId(task_id),
+        owner=str(row[0]),
+        epoch=int(row[1]),
+        expires_at=_parse_time(row[2]),
+    )
+
+
+def _keep_lease(conn: sqlite3.Connection, lease: Lease) -> None:
+    conn.execute(
+        _UPSERT_LEASE, (lease.task_id, lease.owner, lease.epoch, _time_key(lease.expires_at))
+    )
 
 
 def _listed(task_row: tuple[object, ...]) -> tuple[object, ...]:
@@ -255,6 +303,11 @@ class SQLiteStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
+            if app_id == _APPLICATION_ID and self._is_current(conn):
+                # Nothing to create: opening reads only, so it never waits for another
+                # process's write transaction (listing tasks works while a writer is busy).
+                self._full_text = _has_table(conn, "pev_lessons_fts")
+                return
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._check_schema_version(conn)
@@ -273,6 +326,22 @@ class SQLiteStore:
                 raise
         except sqlite3.Error as exc:
             raise StoreError(f"cannot prepare the ledger {self._location}: {exc}") from exc
+
+    def _is_current(self, conn: sqlite3.Connection) -> bool:
+        """Whether the file already holds every table, index and trigger, at this version."""
+        found = {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'pev_%'")
+        }
+        if not found >= _SCHEMA_OBJECTS:
+            return False
+        self._check_schema_version(conn)
+        if "pev_lessons_fts" in found:
+            # Lessons written where FTS5 was missing leave the index behind: refill it (a write).
+            count = (
+                "SELECT (SELECT count(*) FROM pev_lessons_fts) = (SELECT count(*) FROM pev_lessons)"
+            )
+            return bool(conn.execute(count).fetchone()[0])
+        return True
 
     @staticmethod
     def _prepare_fts(conn: sqlite3.Connection) -> bool:
@@ -332,8 +401,10 @@ class SQLiteStore:
                 f"timeout: {exc.__cause__}"
             ) from exc
 
-    async def append(self, entries: Sequence[LedgerEntry], summary: TaskSummary) -> None:
-        """Append a batch and its index row in one durable transaction."""
+    async def append(
+        self, entries: Sequence[LedgerEntry], summary: TaskSummary, *, fence: Lease | None = None
+    ) -> None:
+        """Append a batch and its index row in one durable transaction (fenced by ``fence``)."""
         # Entries the ledger just sealed bring the texts it hashed: no event is encoded twice.
         rows: list[tuple[object, ...]] = [
             (
@@ -363,6 +434,8 @@ class SQLiteStore:
 
         def work(conn: sqlite3.Connection) -> None:
             task_id = entries[0].task_id if entries else ""
+            if fence is not None:
+                check_fence(_lease_of(conn, task_id), fence)
             head = conn.execute(_SELECT_HEAD, (task_id,)).fetchone()
             head_seq, head_hash = (int(head[0]), str(head[1])) if head else (0, GENESIS_HASH)
             check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
@@ -381,6 +454,47 @@ class SQLiteStore:
                 conn.execute(_UPSERT_TASK, task_row)
 
         await self._run(lambda conn: self._transaction(conn, work))
+
+    async def acquire_lease(
+        self, task_id: str, owner: str, *, now: datetime, lease_s: float
+    ) -> Lease:
+        """Take the task's lease for ``owner``, in one immediate transaction."""
+
+        def work(conn: sqlite3.Connection) -> Lease:
+            if (
+                conn.execute("SELECT 1 FROM pev_tasks WHERE task_id = ?", (task_id,)).fetchone()
+                is None
+            ):
+                raise UnknownTaskError(task_id)
+            lease = acquired(_lease_of(conn, task_id), task_id, owner, now=now, lease_s=lease_s)
+            _keep_lease(conn, lease)
+            return lease
+
+        return await self._run(lambda conn: self._transaction(conn, work))
+
+    async def renew_lease(self, lease: Lease, *, now: datetime, lease_s: float) -> Lease:
+        """Extend the lease while it is the task's current one, in one transaction."""
+
+        def work(conn: sqlite3.Connection) -> Lease:
+            longer = renewed(_lease_of(conn, lease.task_id), lease, now=now, lease_s=lease_s)
+            _keep_lease(conn, longer)
+            return longer
+
+        return await self._run(lambda conn: self._transaction(conn, work))
+
+    async def release_lease(self, lease: Lease, *, now: datetime) -> None:
+        """Free the lease from ``now``, unless it was taken over."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            freed = released(_lease_of(conn, lease.task_id), lease, now=now)
+            if freed is not None:
+                _keep_lease(conn, freed)
+
+        await self._run(lambda conn: self._transaction(conn, work))
+
+    async def lease(self, task_id: str) -> Lease | None:
+        """The task's current lease, or ``None``."""
+        return await self._run(lambda conn: _lease_of(conn, task_id))
 
     async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
         """The task's entries after ``after``, decoded; a row that cannot be read is named."""

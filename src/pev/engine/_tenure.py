@@ -1,0 +1,103 @@
+"""A driver's tenure: the task's lease taken, renewed by heartbeat, and released (docs/workers.md).
+
+Every drive holds its task's lease (:mod:`pev.ledger._lease`) for as long as it runs: it takes it
+before its first write, renews it every third of ``lease_s``, and releases it when the drive
+ends. Each of its writes carries the lease as a fence, so once another driver has taken the task
+over (the lease expired while this one was paused or cut off), the store refuses this driver's
+next write, and since the pending record of a node is written before its tool is called, it
+dispatches nothing more. A heartbeat that finds the lease taken over tells the driver at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable
+
+from pev.errors import LeaseLost, PevError
+from pev.ledger import DriverStarted, Lease, Ledger
+
+__all__ = ["Tenure", "new_owner"]
+
+log = logging.getLogger("pev.engine")
+
+
+def new_owner() -> str:
+    """A fresh lease owner id for this process: ``host:pid:nonce``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Tenure:
+    """One driver's hold on one task's lease.
+
+    Args:
+        ledger: The ledger the task lives in (its clock stamps lease times).
+        task_id: The task.
+        owner: Who drives (see :func:`new_owner`).
+        lease_s: How long a lease lasts unless renewed; it is renewed every third of that.
+    """
+
+    def __init__(self, ledger: Ledger, task_id: str, *, owner: str, lease_s: float) -> None:
+        self._ledger = ledger
+        self._task_id = task_id
+        self.owner = owner
+        self._lease_s = lease_s
+        self._lease: Lease | None = None
+        self.lost = False
+
+    @property
+    def lease(self) -> Lease:
+        """The lease held now (the fence of every write)."""
+        if self._lease is None:
+            raise RuntimeError(f"task {self._task_id}: no lease has been taken yet")
+        return self._lease
+
+    async def take(self) -> DriverStarted:
+        """Take the lease; returns the ``driver_started`` event to write first under it.
+
+        Raises:
+            LeaseHeld: Another live driver holds it.
+            UnknownTaskError: No such task.
+        """
+        self._lease = await self._ledger.acquire(self._task_id, self.owner, lease_s=self._lease_s)
+        return DriverStarted(
+            owner=self.owner,
+            epoch=self._lease.epoch,
+            host=socket.gethostname(),
+            process=os.getpid(),
+        )
+
+    async def beat(self, on_lost: Callable[[], object]) -> None:
+        """Renew the lease every third of ``lease_s`` until cancelled; ``on_lost`` if taken over.
+
+        A store that fails to answer is logged and tried again at the next beat: the lease is
+        lost only when another driver has taken it (then this driver's writes are refused too).
+        """
+        while True:
+            await asyncio.sleep(self._lease_s / 3)
+            try:
+                self._lease = await self._ledger.renew(self.lease, lease_s=self._lease_s)
+            except LeaseLost:
+                self.lost = True
+                log.warning("pev: task %s: %s lost its lease", self._task_id, self.owner)
+                on_lost()
+                return
+            except PevError:
+                log.exception("pev: task %s: renewing the lease failed", self._task_id)
+
+    async def release(self) -> None:
+        """Free the lease now, unless it was lost; a store failure here is logged."""
+        if self._lease is None or self.lost:
+            return
+        try:
+            await self._ledger.release(self._lease)
+        except PevError:
+            log.exception("pev: task %s: releasing the lease failed", self._task_id)
+
+    def lost_error(self) -> LeaseLost:
+        """The error a drive that lost its lease ends with."""
+        lease = self.lease
+        return LeaseLost(self._task_id, owner=lease.owner, epoch=lease.epoch)

@@ -1,0 +1,353 @@
+"""The PostgreSQL store: ledgers for many workers on many machines (docs/stores.md).
+
+The same contract as the SQLite store (docs/design.md §5.5), over psycopg 3 and a pool of
+connections: each append is one transaction that locks the task's index row (``FOR UPDATE``), so
+appends, lease takeovers and heartbeats of one task take turns, and the fence of an append is
+checked under that lock; the primary key on (task id, sequence) turns a lost race into
+:class:`~pev.errors.ConflictError`. Events are kept as the canonical JSON text that was hashed,
+and triggers refuse any UPDATE, DELETE or TRUNCATE of them. Episodes and lessons are kept
+beside the ledgers (:mod:`pev.stores._postgres_lessons`).
+
+The tables live in one PostgreSQL schema (``pev`` unless named), whose version is recorded; see
+:mod:`pev.stores._postgres_schema` for the tables and their migrations. Needs the ``postgres``
+extra: ``pip install 'pev-agent[postgres]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
+
+from pev import codec
+from pev.errors import (
+    CodecError,
+    ConflictError,
+    LedgerCorruptError,
+    SchemaVersionError,
+    StoreError,
+    UnknownTaskError,
+)
+from pev.kernel import TaskStatus, TerminalReason
+from pev.ledger import (
+    GENESIS_HASH,
+    SCHEMA_VERSION,
+    Event,
+    Lease,
+    LedgerEntry,
+    TaskPhase,
+    TaskSummary,
+    acquired,
+    check_batch,
+    check_fence,
+    released,
+    renewed,
+)
+from pev.ledger._chain import entry_texts
+from pev.model import TaskId
+from pev.stores._postgres_db import Cursor, Database, TupleRow, UniqueViolation
+from pev.stores._postgres_lessons import PostgresLessons
+
+__all__ = ["PostgresStore"]
+
+_INSERT_EVENT = (
+    "INSERT INTO {s}.pev_events (task_id, seq, at, schema, kind, event, prev_hash, hash) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
+# The task's index row, locked until the transaction ends: every write of a task takes it first.
+_LOCK_TASK = (
+    "SELECT event_count, head_hash, phase, status, reason, title, replan_deadline "
+    "FROM {s}.pev_tasks WHERE task_id = %s FOR UPDATE"
+)
+_UPSERT_TASK = (
+    "INSERT INTO {s}.pev_tasks (task_id, phase, status, reason, title, created_at, updated_at, "
+    "event_count, head_hash, replan_deadline) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (task_id) DO UPDATE SET phase = excluded.phase, status = excluded.status, "
+    "reason = excluded.reason, title = excluded.title, updated_at = excluded.updated_at, "
+    "event_count = excluded.event_count, head_hash = excluded.head_hash, "
+    "replan_deadline = excluded.replan_deadline"
+)
+_UPDATE_HEAD = (
+    "UPDATE {s}.pev_tasks SET updated_at = %s, event_count = %s, head_hash = %s WHERE task_id = %s"
+)
+_SELECT_LEASE = "SELECT owner, epoch, expires_at FROM {s}.pev_leases WHERE task_id = %s"
+_UPSERT_LEASE = (
+    "INSERT INTO {s}.pev_leases (task_id, owner, epoch, expires_at) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (task_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
+    "expires_at = excluded.expires_at"
+)
+_SUMMARY = (
+    "SELECT task_id, phase, status, reason, title, created_at, updated_at, event_count, "
+    "head_hash, replan_deadline FROM {s}.pev_tasks"
+)
+
+
+class PostgresStore(PostgresLessons):
+    """Ledgers, leases and lessons in a PostgreSQL schema, shared by any number of processes.
+
+    The store connects on first use (a constructor cannot wait for a server): it then creates an
+    empty schema at the current version, or checks that an existing one is pev's and at this
+    version. :meth:`close` closes its pool of connections.
+
+    Args:
+        url: A libpq connection URL (``postgresql://user:password@host:5432/dbname``) or
+            key/value string.
+        schema: The PostgreSQL schema holding pev's tables.
+        min_size: Connections the pool keeps open.
+        max_size: Connections the pool opens at most.
+
+    Raises:
+        UsageError: The URL cannot be parsed, the schema name is not a plain one, or the pool
+            sizes do not make sense.
+    """
+
+    def __init__(
+        self, url: str, *, schema: str = "pev", min_size: int = 1, max_size: int = 10
+    ) -> None:
+        super().__init__(Database(url, schema=schema, min_size=min_size, max_size=max_size))
+
+    @property
+    def location(self) -> str:
+        """Where the ledgers are: the URL without its password, and the schema."""
+        return self._db.location
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding pev's tables."""
+        return self._db.schema
+
+    async def upgrade(self) -> tuple[int, int]:
+        """Bring the schema to this pev's version, in one transaction; ``(before, after)``.
+
+        Applies each missing migration in order, under the schema's advisory lock, so two
+        upgraders take turns (the second finds nothing left to do). An empty schema is created.
+
+        Raises:
+            SchemaVersionError: The schema is newer than this pev.
+            StoreError: The schema is not pev's, or the server cannot be reached.
+        """
+        return await self._db.upgrade()
+
+    async def version(self) -> int:
+        """The version the schema's tables are at (0: no pev tables yet)."""
+        return await self._db.version()
+
+    async def close(self) -> None:
+        """Close the pool's connections; the store is unusable afterwards."""
+        await self._db.close()
+
+    async def _lease_of(self, cur: Cursor, task_id: str) -> Lease | None:
+        await cur.execute(self._db.sql(_SELECT_LEASE), (task_id,))
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        return Lease(
+            task_id=TaskId(task_id), owner=str(row[0]), epoch=int(row[1]), expires_at=_utc(row[2])
+        )
+
+    async def _keep_lease(self, cur: Cursor, lease: Lease) -> None:
+        await cur.execute(
+            self._db.sql(_UPSERT_LEASE), (lease.task_id, lease.owner, lease.epoch, lease.expires_at)
+        )
+
+    async def _lock_task(self, cur: Cursor, task_id: str) -> TupleRow | None:
+        """Lock the task's index row until the transaction ends; the row, or ``None``."""
+        await cur.execute(self._db.sql(_LOCK_TASK), (task_id,))
+        return await cur.fetchone()
+
+    # --- the ledger --------------------------------------------------------------------------
+
+    async def append(
+        self, entries: Sequence[LedgerEntry], summary: TaskSummary, *, fence: Lease | None = None
+    ) -> None:
+        """Append a batch and its index row in one transaction (fenced by ``fence``)."""
+        rows = [
+            (e.task_id, e.seq, at_text, e.schema, e.event.kind, text, e.prev_hash, e.hash)
+            for e, (at_text, text) in zip(entries, entry_texts(entries), strict=True)
+        ]
+        listed = (
+            str(summary.phase),
+            summary.status.value if summary.status else None,
+            summary.reason.value if summary.reason else None,
+            summary.title,
+            summary.replan_deadline,
+        )
+
+        async def work(cur: Cursor) -> None:
+            task_id = entries[0].task_id if entries else ""
+            head = await self._lock_task(cur, task_id)
+            if fence is not None:
+                check_fence(await self._lease_of(cur, task_id), fence)
+            head_seq, head_hash = (int(head[0]), str(head[1])) if head else (0, GENESIS_HASH)
+            check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
+            try:
+                if len(rows) == 1:
+                    await cur.execute(self._db.sql(_INSERT_EVENT), rows[0])
+                else:
+                    await cur.executemany(self._db.sql(_INSERT_EVENT), rows)
+            except UniqueViolation as exc:
+                raise ConflictError(task_id, entries[0].seq) from exc
+            if head is not None and (*head[2:6], _utc_or_none(head[6])) == listed:
+                # Most appends move only the head: the row's indexed columns stay as they are.
+                await cur.execute(
+                    self._db.sql(_UPDATE_HEAD),
+                    (summary.updated_at, summary.event_count, summary.head_hash, task_id),
+                )
+            else:
+                await cur.execute(
+                    self._db.sql(_UPSERT_TASK),
+                    (
+                        summary.task_id,
+                        *listed[:4],
+                        summary.created_at,
+                        summary.updated_at,
+                        summary.event_count,
+                        summary.head_hash,
+                        summary.replan_deadline,
+                    ),
+                )
+
+        await self._db.write(work)
+
+    async def acquire_lease(
+        self, task_id: str, owner: str, *, now: datetime, lease_s: float
+    ) -> Lease:
+        """Take the task's lease for ``owner``, under the task row's lock."""
+
+        async def work(cur: Cursor) -> Lease:
+            if await self._lock_task(cur, task_id) is None:
+                raise UnknownTaskError(task_id)
+            current = await self._lease_of(cur, task_id)
+            lease = acquired(current, task_id, owner, now=now, lease_s=lease_s)
+            await self._keep_lease(cur, lease)
+            return lease
+
+        return await self._db.write(work)
+
+    async def renew_lease(self, lease: Lease, *, now: datetime, lease_s: float) -> Lease:
+        """Extend the lease while it is the task's current one, under the task row's lock."""
+
+        async def work(cur: Cursor) -> Lease:
+            await self._lock_task(cur, lease.task_id)
+            current = await self._lease_of(cur, lease.task_id)
+            longer = renewed(current, lease, now=now, lease_s=lease_s)
+            await self._keep_lease(cur, longer)
+            return longer
+
+        return await self._db.write(work)
+
+    async def release_lease(self, lease: Lease, *, now: datetime) -> None:
+        """Free the lease from ``now``, unless it was taken over."""
+
+        async def work(cur: Cursor) -> None:
+            await self._lock_task(cur, lease.task_id)
+            freed = released(await self._lease_of(cur, lease.task_id), lease, now=now)
+            if freed is not None:
+                await self._keep_lease(cur, freed)
+
+        await self._db.write(work)
+
+    async def lease(self, task_id: str) -> Lease | None:
+        """The task's current lease, or ``None``."""
+        rows = await self._db.query(_SELECT_LEASE, (task_id,))
+        if not rows:
+            return None
+        owner, epoch, expires_at = rows[0]
+        return Lease(
+            task_id=TaskId(task_id), owner=str(owner), epoch=int(epoch), expires_at=_utc(expires_at)
+        )
+
+    async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
+        """The task's entries after ``after``, decoded; a row that cannot be read is named."""
+        rows = await self._db.query(
+            "SELECT seq, at, schema, event, prev_hash, hash FROM {s}.pev_events "
+            "WHERE task_id = %s AND seq > %s ORDER BY seq",
+            (task_id, after),
+        )
+        if not rows and (
+            after <= 0
+            or not await self._db.query(
+                "SELECT 1 FROM {s}.pev_events WHERE task_id = %s LIMIT 1", (task_id,)
+            )
+        ):
+            raise UnknownTaskError(task_id)
+        return tuple(self._decode_row(task_id, row) for row in rows)
+
+    def _decode_row(self, task_id: str, row: TupleRow) -> LedgerEntry:
+        seq, at, schema, event, prev_hash, hash_ = row
+        if schema != SCHEMA_VERSION:
+            raise SchemaVersionError(
+                location=f"{self._db.location} (task {task_id}, event {seq})",
+                found=int(schema),
+                expected=SCHEMA_VERSION,
+            )
+        try:
+            return LedgerEntry(
+                task_id=TaskId(task_id),
+                seq=int(seq),
+                at=codec.loads(str(at), datetime),
+                schema=SCHEMA_VERSION,
+                event=codec.loads(str(event), Event),
+                prev_hash=str(prev_hash),
+                hash=str(hash_),
+            )
+        except CodecError as exc:
+            raise LedgerCorruptError(
+                f"task {task_id}: event {seq} cannot be read: {exc}", task_id=task_id, seq=int(seq)
+            ) from exc
+
+    async def summary(self, task_id: str) -> TaskSummary | None:
+        """The task's index row, or ``None``."""
+        rows = await self._db.query(_SUMMARY + " WHERE task_id = %s", (task_id,))
+        return _summary_from_row(rows[0]) if rows else None
+
+    async def list_tasks(
+        self,
+        *,
+        phases: Collection[TaskPhase] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[TaskSummary, ...]:
+        """Index rows, newest first, optionally only those in ``phases``."""
+        query = _SUMMARY
+        params: list[object] = []
+        if phases is not None:
+            query += " WHERE phase = ANY(%s)"
+            params.append(sorted(str(phase) for phase in phases))
+        query += " ORDER BY created_at DESC, task_id DESC LIMIT %s OFFSET %s"
+        params.extend([limit, offset])
+        return tuple(_summary_from_row(row) for row in await self._db.query(query, params))
+
+    async def overdue(self, now: datetime) -> tuple[TaskId, ...]:
+        """Tasks waiting for a replan whose deadline is at or before ``now``, earliest first."""
+        rows = await self._db.query(
+            "SELECT task_id FROM {s}.pev_tasks WHERE replan_deadline IS NOT NULL "
+            "AND replan_deadline <= %s ORDER BY replan_deadline, task_id",
+            (now,),
+        )
+        return tuple(TaskId(str(row[0])) for row in rows)
+
+
+def _utc(value: object) -> datetime:
+    if not isinstance(value, datetime):
+        raise StoreError(f"a stored time is {value!r}, not a timestamp")
+    return value.astimezone(UTC)
+
+
+def _utc_or_none(value: object) -> datetime | None:
+    return None if value is None else _utc(value)
+
+
+def _summary_from_row(row: TupleRow) -> TaskSummary:
+    (task_id, phase, status, reason, title, created, updated, count, head, deadline) = row
+    return TaskSummary(
+        task_id=TaskId(str(task_id)),
+        phase=TaskPhase(str(phase)),
+        status=TaskStatus(str(status)) if status is not None else None,
+        reason=TerminalReason(str(reason)) if reason is not None else None,
+        title=str(title),
+        created_at=_utc(created),
+        updated_at=_utc(updated),
+        event_count=int(count),
+        head_hash=str(head),
+        replan_deadline=_utc_or_none(deadline),
+    )
