@@ -7,11 +7,13 @@ from pev's own ledger.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
 
 import pev
+from pev.engine import _tenure
 from pev.errors import LeaseHeld, LeaseLost
 from pev.ledger import DriverStarted, Ledger, utc_now
 from pev.model import DeviceFailure, ExecutionRecord, Plan, PlanNode, RecordStatus
@@ -199,3 +201,38 @@ async def test_an_earlier_call_is_asked_about_only_past_its_deadline() -> None:
     assert asked_at >= record.created_at + timedelta(seconds=0.3)
     state = await Ledger(store).state("bill")
     assert [r.status for r in state.records.values()] == [RecordStatus.FAILED]
+
+
+async def test_a_callers_cancel_is_not_turned_into_lease_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The caller cancels the run just as the heartbeat finds the lease lost: it stays cancelled."""
+    store, card = MemoryStore(), Card()
+    beat = _tenure.Tenure.beat
+    run: asyncio.Task[pev.engine.RunResult] | None = None
+
+    async def beat_and_cancel(self: _tenure.Tenure, on_lost: Callable[[], object]) -> None:
+        def both() -> None:
+            on_lost()
+            assert run is not None
+            run.cancel()  # the caller's own cancel, in the same turn of the loop
+
+        await beat(self, both)
+
+    monkeypatch.setattr(_tenure.Tenure, "beat", beat_and_cancel)
+    run = asyncio.create_task(
+        pev.run(
+            "pay",
+            planner=lambda r: PAY,
+            tools=[card.tool()],
+            store=store,
+            policy=pev.RecoveryPolicy(lease_s=0.3),
+            task_id="bill",
+        )
+    )
+    await asyncio.wait_for(card.charging.wait(), 5)
+    await store.acquire_lease("bill", "other", now=utc_now() + timedelta(seconds=10), lease_s=60)
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(run), 5)
+    assert run.cancelled()

@@ -198,6 +198,23 @@ async def test_a_lagging_fts_index_is_rebuilt_on_open(tmp_path: Path) -> None:
         await reopened.close()
 
 
+async def test_a_file_made_without_fts5_gets_the_index_when_fts5_is_here(tmp_path: Path) -> None:
+    """A ledger made where FTS5 was missing gains the index once an SQLite with FTS5 opens it."""
+    path = tmp_path / "ledger.db"
+    store = SQLiteStore(path)
+    await store.save_lesson(lesson("pick"))
+    await store.close()
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("DROP TABLE pev_lessons_fts")
+    reopened = SQLiteStore(path)
+    try:
+        assert reopened.full_text_search
+        assert await reopened.search_lessons("pick") != ()
+        assert "pev_lessons_fts" in _tables(path)
+    finally:
+        await reopened.close()
+
+
 async def test_without_fts5_search_falls_back_to_term_matching(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

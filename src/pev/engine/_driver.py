@@ -134,7 +134,10 @@ class Driver:
             except asyncio.CancelledError:
                 if not tenure.lost or main is None:
                     raise
-                main.uncancel()
+                # Withdraw only the heartbeat's own cancel: one asked for by the caller as well
+                # still ends the drive as cancelled.
+                if main.uncancel() > 0:
+                    raise
                 raise tenure.lost_error() from None
             finally:
                 for helper in helpers:

@@ -335,13 +335,16 @@ class SQLiteStore:
         if not found >= _SCHEMA_OBJECTS:
             return False
         self._check_schema_version(conn)
-        if "pev_lessons_fts" in found:
-            # Lessons written where FTS5 was missing leave the index behind: refill it (a write).
-            count = (
-                "SELECT (SELECT count(*) FROM pev_lessons_fts) = (SELECT count(*) FROM pev_lessons)"
-            )
+        if "pev_lessons_fts" not in found:
+            # A file made where FTS5 was missing: this SQLite may have it, and then creating the
+            # index is a write.
+            return not conn.execute("SELECT sqlite_compileoption_used('ENABLE_FTS5')").fetchone()[0]
+        # Lessons written where FTS5 was missing leave the index behind: refill it (a write).
+        count = "SELECT (SELECT count(*) FROM pev_lessons_fts) = (SELECT count(*) FROM pev_lessons)"
+        try:
             return bool(conn.execute(count).fetchone()[0])
-        return True
+        except sqlite3.OperationalError:
+            return False  # an FTS5 index this SQLite cannot read: the full open copes with it
 
     @staticmethod
     def _prepare_fts(conn: sqlite3.Connection) -> bool:
