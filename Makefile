@@ -51,6 +51,7 @@ pytest: $(TEST_STAMP)
 
 bench: $(BENCH_STAMP)  ## Kernel, ledger, engine, LangGraph, fault-suite and scale benchmarks; writes docs/benchmarks.md and README.md.
 	$(BIN)/python bench/bench_foundation.py --write docs/benchmarks.md
+	$(BIN)/python bench/bench_stores.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_engine.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_langgraph.py --write docs/benchmarks.md --readme README.md
 	$(BIN)/python bench/bench_faults.py --write docs/benchmarks.md

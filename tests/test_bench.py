@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.support import postgres
 
 import pev
 
@@ -138,3 +139,16 @@ async def test_every_scale_case_finishes_its_tasks(case: str) -> None:
     # A peak resident set never shrinks, so comparing it with the one before proves nothing;
     # the report's row does read every figure (memory included) the case measured.
     assert f"| {scale.LABELS[case]} | 20 | 20 |" in scale.report([(case, figures)], "")
+
+
+@pytest.mark.usefixtures("bench")
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_the_store_append_workload_runs_beside_its_raw_commit(store: str) -> None:
+    """A few appends per store: pev's ledger verifies, and each baseline commits its rows."""
+    if store == "postgres":
+        postgres.require()  # skipped without a server, except under CI=true
+    stores = __import__("bench_stores")
+    samples = stores.bench(1, 3, url=postgres.URL, postgres=store == "postgres")
+    assert len(samples.pev[store]) == len(samples.raw[store]) == 1
+    assert min(samples.pev[store] + samples.raw[store]) > 0
+    assert f"| {'PostgreSQL' if store == 'postgres' else 'SQLite'}" in stores.table(samples, None)

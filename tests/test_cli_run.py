@@ -482,15 +482,7 @@ def test_a_task_file_names_an_agent_whole(workdir: Path) -> None:
 def test_resume_of_a_live_task_is_a_one_line_refusal(workdir: Path) -> None:
     """A task another driver holds: one line naming the owner and the lease's expiry, exit 2."""
     _create(workdir, "live-1", {"planner": "agent:planner", "tools": "agent:forecast"})
-
-    async def hold() -> None:
-        store = SQLiteStore(workdir / "ledger.db")
-        try:
-            await Ledger(store).acquire("live-1", "other-host:99:abcd", lease_s=600)
-        finally:
-            await store.close()
-
-    asyncio.run(hold())
+    _hold(workdir, "live-1", lease_s=600)
     events = _event_count(workdir, "live-1")
     code, out = _pev(workdir, "resume", "live-1")
     assert code == 2
@@ -498,3 +490,43 @@ def test_resume_of_a_live_task_is_a_one_line_refusal(workdir: Path) -> None:
     assert out.startswith("pev: task live-1 is being driven by other-host:99:abcd")
     assert "its lease runs until" in out
     assert _event_count(workdir, "live-1") == events
+
+
+def _hold(folder: Path, task_id: str, *, lease_s: float) -> None:
+    """Another driver (another host) takes the task's lease for ``lease_s``."""
+
+    async def hold() -> None:
+        store = SQLiteStore(folder / "ledger.db")
+        try:
+            await Ledger(store).acquire(task_id, "other-host:99:abcd", lease_s=lease_s)
+        finally:
+            await store.close()
+
+    asyncio.run(hold())
+
+
+def test_show_and_tasks_name_who_drives_a_task_now(workdir: Path) -> None:
+    """A live lease: `pev show` names its owner and expiry, `pev tasks` has a driver column."""
+    _create(workdir, "live-2", {"planner": "agent:planner", "tools": "agent:forecast"})
+    code, out = _pev(workdir, "show", "live-2")
+    assert code == 0
+    assert "no driver has taken it yet" in out
+    _hold(workdir, "live-2", lease_s=600)
+    code, out = _pev(workdir, "show", "live-2")
+    assert code == 0
+    assert "driven now by other-host:99:abcd (lease epoch 1, until " in out
+    code, out = _pev(workdir, "tasks")
+    assert code == 0
+    assert "driver" in out
+    assert "other-host" in out  # folded to the column's width
+
+
+def test_show_says_when_a_drivers_lease_has_run_out(workdir: Path) -> None:
+    """An expired lease: `pev show` says there is no live driver and how to pick it up."""
+    _create(workdir, "live-3", {"planner": "agent:planner", "tools": "agent:forecast"})
+    _hold(workdir, "live-3", lease_s=0.001)
+    code, out = _pev(workdir, "show", "live-3")
+    assert code == 0
+    assert "no live driver: the lease of other-host:99:abcd ended at" in out
+    code, out = _pev(workdir, "tasks")
+    assert "other-host" not in out

@@ -236,3 +236,22 @@ async def test_a_callers_cancel_is_not_turned_into_lease_lost(
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(asyncio.shield(run), 5)
     assert run.cancelled()
+
+
+async def test_a_cancel_cuts_short_the_wait_for_an_earlier_calls_deadline() -> None:
+    """Resume waits for an earlier call's 30 s deadline; a cancel ends that wait at once."""
+    store, answers = MemoryStore(), []
+    card = _crashing_card(answers, DeviceFailure("pay", "no such charge"), 30.0)
+    await _left_in_flight(store, card)
+    resumed = asyncio.create_task(
+        pev.resume("bill", store=store, planner=lambda r: PAY, tools=[card])
+    )
+    await asyncio.sleep(0.1)
+    await pev.cancel("bill", store=store, reason="the customer left")
+
+    result = await asyncio.wait_for(resumed, 5)
+
+    assert answers == []  # never asked: the call might still land
+    assert (result.status, result.reason) == ("failed", "cancelled")  # an action left unknown
+    state = await Ledger(store).state("bill")
+    assert [r.status for r in state.records.values()] == [RecordStatus.UNKNOWN]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import postgres
 
 import pev
 from pev.experience import LessonBook
@@ -125,12 +126,15 @@ class Claims:
 
 
 async def _open(kind: str, tmp_path: Path) -> pev.Store:
+    if kind == "postgres":
+        postgres.require()
+        return postgres.ThrowawayStore()
     return MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "ledger.db")
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-    """A fresh store of each kind (both keep lessons), closed afterwards."""
+    """A fresh store of each kind (every one keeps lessons), closed afterwards."""
     opened = await _open(request.param, tmp_path)
     yield opened
     await opened.close()

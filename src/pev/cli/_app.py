@@ -24,7 +24,14 @@ from pev import engine
 from pev.cli._demo import DEMO_FAULTS, run_demos
 from pev.cli._lessons import lesson_list, lesson_view
 from pev.cli._progress import ConsoleRail, result_line
-from pev.cli._render import STATUS_STYLE, chain_report, task_heading, task_table, timeline
+from pev.cli._render import (
+    STATUS_STYLE,
+    chain_report,
+    driver_line,
+    task_heading,
+    task_table,
+    timeline,
+)
 from pev.cli._taskfile import TaskFileError, load_task_file
 from pev.engine import RunResult
 from pev.errors import (
@@ -42,12 +49,14 @@ from pev.ledger import (
     SCHEMA_VERSION,
     TERMINAL_PHASES,
     ChainReport,
+    Lease,
     Ledger,
     Store,
     TaskPhase,
     TaskState,
     TaskSummary,
     new_task_id,
+    utc_now,
 )
 from pev.stores import SQLiteStore, open_store
 
@@ -195,13 +204,21 @@ def tasks(db: str, statuses: Sequence[str], limit: int) -> None:
             else:
                 phases.add(TaskPhase(status))
 
-    async def listed(ledger: Ledger) -> tuple[Sequence[TaskSummary], str]:
-        return await ledger.tasks(phases=phases, limit=limit), _where(ledger.store)
+    async def listed(ledger: Ledger) -> tuple[Sequence[TaskSummary], dict[str, str], str]:
+        summaries = await ledger.tasks(phases=phases, limit=limit)
+        now = utc_now()
+        drivers: dict[str, str] = {}
+        for summary in summaries:
+            if summary.phase not in TERMINAL_PHASES:
+                lease = await ledger.store.lease(summary.task_id)
+                if lease is not None and lease.live(now):
+                    drivers[summary.task_id] = lease.owner
+        return summaries, drivers, _where(ledger.store)
 
-    summaries, where = _run(db, listed)
+    summaries, drivers, where = _run(db, listed)
     console = Console()
     if summaries:
-        console.print(task_table(summaries))
+        console.print(task_table(summaries, drivers))
     else:
         console.print("no tasks" + (" with that status" if statuses else f" in {where}"))
 
@@ -233,10 +250,12 @@ async def _resolve(ledger: Ledger, task_id: str) -> str:
 def show(db: str, task_id: str) -> None:
     """Show one task (by id or unique id prefix): plans and node status, verdicts, decisions."""
 
-    async def load(ledger: Ledger) -> TaskState:
-        return await ledger.state(await _resolve(ledger, task_id))
+    async def load(ledger: Ledger) -> tuple[TaskState, Lease | None]:
+        full_id = await _resolve(ledger, task_id)
+        return await ledger.state(full_id), await ledger.store.lease(full_id)
 
-    Console().print(timeline(_run(db, load)))
+    state, lease = _run(db, load)
+    Console().print(timeline(state, driver=driver_line(state, lease, utc_now())))
 
 
 @cli.group()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -12,6 +13,7 @@ from pev.kernel import Decision, Diagnosis, Finish, GlobalReplan, LocalReplan, T
 from pev.ledger import (
     ChainReport,
     Dispatched,
+    Lease,
     PlanRejected,
     Revision,
     TaskPhase,
@@ -67,28 +69,57 @@ def _status_text(phase: TaskPhase, status: TaskStatus | None) -> Text:
     return Text(str(status), style=STATUS_STYLE[status])
 
 
-def task_table(summaries: Sequence[TaskSummary]) -> Table:
-    """The task list: short id (any unique prefix works in `pev show`), status, title, time."""
+def task_table(summaries: Sequence[TaskSummary], drivers: Mapping[str, str] | None = None) -> Table:
+    """The task list: short id (any unique prefix works in `pev show`), status, title, time.
+
+    ``drivers`` maps the id of a task being driven now to its driver (the lease's owner); with
+    any, a ``driver`` column shows them.
+    """
     table = Table(title="tasks", title_justify="left", expand=False)
     table.add_column("task", no_wrap=True, min_width=SHORT_ID)
     table.add_column("status", no_wrap=True, min_width=9)
     table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=23)
     table.add_column("updated", no_wrap=True, min_width=11)
     table.add_column("title", overflow="fold", min_width=12)
+    if drivers:
+        table.add_column("driver", overflow="fold", min_width=10)
     for summary in summaries:
-        table.add_row(
+        row: list[RenderableType] = [
             summary.task_id[:SHORT_ID],
             _status_text(summary.phase, summary.status),
             str(summary.reason or ""),
             f"{summary.updated_at:%m-%d %H:%M}",
             summary.title,
-        )
+        ]
+        if drivers:
+            row.append(drivers.get(summary.task_id, ""))
+        table.add_row(*row)
     return table
 
 
-def timeline(state: TaskState) -> Group:
-    """One task, revision by revision: plan and node status, verdict, diagnosis, decision."""
+def driver_line(state: TaskState, lease: Lease | None, now: datetime) -> Text | None:
+    """Who drives a task that has not ended, from its lease; ``None`` for an ended task."""
+    if state.terminal:
+        return None
+    if lease is None:
+        return Text("no driver has taken it yet: `pev resume` drives it", style="yellow")
+    until = lease.expires_at.isoformat(timespec="seconds")
+    if lease.live(now):
+        return Text(f"driven now by {lease.owner} (lease epoch {lease.epoch}, until {until})")
+    return Text(
+        f"no live driver: the lease of {lease.owner} ended at {until}; `pev resume` drives it",
+        style="yellow",
+    )
+
+
+def timeline(state: TaskState, *, driver: Text | None = None) -> Group:
+    """One task, revision by revision: plan and node status, verdict, diagnosis, decision.
+
+    ``driver`` (see :func:`driver_line`) says who drives the task now, under its header.
+    """
     parts: list[RenderableType] = [_header(state)]
+    if driver is not None:
+        parts.insert(1, Group(driver, Text("")))
     rejections = list(state.rejections)
     for revision in state.revisions:
         while rejections and rejections[0].attempt < revision.attempt:

@@ -100,7 +100,9 @@ class Driver:
         self._verifying = VerifyStep(self, components.verify, cancel=cancel, lessons=lessons)
         observe = components.observe
         self._observing = None if observe is None else ObserveStep(self, observe)
-        self._settler = Settler(self, components.reconcile, timeout_of=self._record_timeout)
+        self._settler = Settler(
+            self, components.reconcile, timeout_of=self._record_timeout, cancel=cancel
+        )
 
     # -- the loop -------------------------------------------------------------------------
 

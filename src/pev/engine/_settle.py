@@ -19,6 +19,7 @@ and the record stays ``unknown``; an answer that it did happen always counts (se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -56,10 +57,12 @@ class Settler:
         reconcile: Callable[..., Awaitable[Any]] | None,
         *,
         timeout_of: Callable[[ExecutionRecord], float | None] = lambda record: None,
+        cancel: asyncio.Event | None = None,
     ) -> None:
         self._host = host
         self._reconcile = reconcile
         self._timeout_of = timeout_of
+        self._cancel = cancel or asyncio.Event()
         self._asked: set[RecordId] = set()
 
     async def after_round(self, number: int) -> None:
@@ -134,7 +137,11 @@ class Settler:
             left = self._host.deadline.remaining_s()
             if left is not None and left <= wait:
                 return None  # the task ends before the call could be known to be over
-            await asyncio.sleep(wait)
+            # A cancel cuts the wait short: the record is then settled as unknown, unasked.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._cancel.wait(), wait)
+            if self._cancel.is_set():
+                return None
         return await self._ask(record)
 
     async def _ask(self, record: ExecutionRecord) -> NodeResult | None:
