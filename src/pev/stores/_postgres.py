@@ -137,12 +137,7 @@ class PostgresStore(PostgresLessons):
 
     async def _lease_of(self, cur: Cursor, task_id: str) -> Lease | None:
         await cur.execute(self._db.sql(_SELECT_LEASE), (task_id,))
-        row = await cur.fetchone()
-        if row is None:
-            return None
-        return Lease(
-            task_id=TaskId(task_id), owner=str(row[0]), epoch=int(row[1]), expires_at=_utc(row[2])
-        )
+        return _lease_from(task_id, await cur.fetchone())
 
     async def _keep_lease(self, cur: Cursor, lease: Lease) -> None:
         await cur.execute(
@@ -172,20 +167,24 @@ class PostgresStore(PostgresLessons):
             summary.replan_deadline,
         )
 
+        task_id = entries[0].task_id if entries else ""
+
         async def work(cur: Cursor) -> None:
-            task_id = entries[0].task_id if entries else ""
-            head = await self._lock_task(cur, task_id)
+            # One round trip: BEGIN, the lock and (fenced) the lease read after it, under it.
+            await cur.execute(self._db.sql(_LOCK_TASK), (task_id,))
             if fence is not None:
-                check_fence(await self._lease_of(cur, task_id), fence)
+                leases = cur.connection.cursor()
+                await leases.execute(self._db.sql(_SELECT_LEASE), (task_id,))
+            head = await cur.fetchone()
+            if fence is not None:
+                check_fence(_lease_from(task_id, await leases.fetchone()), fence)
             head_seq, head_hash = (int(head[0]), str(head[1])) if head else (0, GENESIS_HASH)
             check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
-            try:
-                if len(rows) == 1:
-                    await cur.execute(self._db.sql(_INSERT_EVENT), rows[0])
-                else:
-                    await cur.executemany(self._db.sql(_INSERT_EVENT), rows)
-            except UniqueViolation as exc:
-                raise ConflictError(task_id, entries[0].seq) from exc
+            # The other: the events, the index row and COMMIT (a taken seq fails it).
+            if len(rows) == 1:
+                await cur.execute(self._db.sql(_INSERT_EVENT), rows[0])
+            else:
+                await cur.executemany(self._db.sql(_INSERT_EVENT), rows)
             if head is not None and (*head[2:6], _utc_or_none(head[6])) == listed:
                 # Most appends move only the head: the row's indexed columns stay as they are.
                 await cur.execute(
@@ -206,7 +205,10 @@ class PostgresStore(PostgresLessons):
                     ),
                 )
 
-        await self._db.write(work)
+        try:
+            await self._db.write_pipelined(work)
+        except UniqueViolation as exc:
+            raise ConflictError(task_id, entries[0].seq) from exc
 
     async def acquire_lease(
         self, task_id: str, owner: str, *, now: datetime, lease_s: float
@@ -249,12 +251,7 @@ class PostgresStore(PostgresLessons):
     async def lease(self, task_id: str) -> Lease | None:
         """The task's current lease, or ``None``."""
         rows = await self._db.query(_SELECT_LEASE, (task_id,))
-        if not rows:
-            return None
-        owner, epoch, expires_at = rows[0]
-        return Lease(
-            task_id=TaskId(task_id), owner=str(owner), epoch=int(epoch), expires_at=_utc(expires_at)
-        )
+        return _lease_from(task_id, rows[0] if rows else None)
 
     async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
         """The task's entries after ``after``, decoded; a row that cannot be read is named."""
@@ -325,6 +322,15 @@ class PostgresStore(PostgresLessons):
             (now,),
         )
         return tuple(TaskId(str(row[0])) for row in rows)
+
+
+def _lease_from(task_id: str, row: TupleRow | None) -> Lease | None:
+    if row is None:
+        return None
+    owner, epoch, expires_at = row
+    return Lease(
+        task_id=TaskId(task_id), owner=str(owner), epoch=int(epoch), expires_at=_utc(expires_at)
+    )
 
 
 def _utc(value: object) -> datetime:
