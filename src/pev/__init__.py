@@ -31,7 +31,9 @@ from pev.engine import (
     resume,
     run,
     run_sync,
+    submit,
     tool,
+    worker,
 )
 from pev.errors import (
     CodecError,
@@ -155,9 +157,11 @@ __all__ = [
     "resume",
     "run",
     "run_sync",
+    "submit",
     "to_replan_action",
     "tool",
     "validate_plan",
+    "worker",
 ]
 
 

@@ -10,6 +10,8 @@ verification), 2 usage error, 3 partial, 4 cancelled, 130 interrupted with Ctrl-
 from __future__ import annotations
 
 import asyncio
+import logging
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -442,6 +444,106 @@ def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> N
         return await ledger.state(result.task_id)
 
     _ended(console, _interruptible(new_id, lambda: _run(db, drive)), progress=progress)
+
+
+@cli.command("submit")
+@click.argument("task_file", metavar="TASKFILE", type=click.Path(path_type=Path))
+@click.option("--task-id", help="The new task's id. [default: a fresh UUID]")
+@click.pass_obj
+def submit_command(db: str, task_file: Path, task_id: str | None) -> None:
+    """Write a task file's task for a worker to run; print its id (nothing runs here).
+
+    TASKFILE is the same TOML `pev run` reads (see docs/cli.md). Its components must be
+    importable by the workers (module-level names; the task file's folder on their Python path).
+    """
+    try:
+        spec = load_task_file(task_file)
+    except TaskFileError as exc:
+        _fail(str(exc))
+
+    async def write(ledger: Ledger) -> str:
+        if task_id is not None and await ledger.store.summary(task_id) is not None:
+            _fail(f"--task-id: a task with id {task_id!r} exists already; choose another id")
+        try:
+            return await engine.submit(
+                spec.input,
+                agent=spec.agent,
+                contract=spec.contract,
+                policy=spec.policy,
+                store=ledger.store,
+                task_id=task_id,
+            )
+        except ComponentError as exc:
+            _fail(str(TaskFileError(f"components.{exc.role}", str(exc), path=task_file)))
+
+    click.echo(_run(db, write))
+
+
+@cli.command("worker")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="The most tasks this worker drives at once.",
+)
+@click.option(
+    "--lease-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="The lease of the tasks this worker drives, in seconds; renewed every third of it. "
+    "[default: each task's policy's, 30 unless set]",
+)
+@click.option(
+    "--poll-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="How long an idle worker waits before it looks for runnable tasks again.",
+)
+@click.pass_obj
+def worker_command(db: str, concurrency: int, lease_s: float | None, poll_s: float) -> None:
+    """Claim runnable tasks from the ledger and drive them, until SIGTERM or Ctrl-C.
+
+    A task is runnable when it has not ended and no live driver holds its lease: new tasks
+    (`pev submit`), and tasks whose driver died (its lease expired). Each is driven as
+    `pev resume` would: an action whose outcome is unknown is never sent again. Components are
+    rebuilt from the import paths the task recorded, with the current folder on the Python path.
+    On SIGTERM (or Ctrl-C) the worker claims nothing more, lets running nodes reach their
+    terminal records within their timeouts, leaves each task in its phase and releases its
+    leases; another worker continues them. It logs what it claims and releases to stderr.
+    """
+    here = str(Path.cwd())
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    worker_log = logging.getLogger("pev.worker")
+    worker_log.addHandler(handler)
+    worker_log.setLevel(logging.INFO)
+
+    async def serve(ledger: Ledger) -> engine.WorkerReport:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            return await engine.worker(
+                ledger.store,
+                concurrency=concurrency,
+                lease_s=lease_s,
+                poll_s=poll_s,
+                stop=stop,
+                experience=LessonBook(ledger.store),
+            )
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+
+    try:
+        _run(db, serve)
+    finally:
+        worker_log.removeHandler(handler)
 
 
 @cli.command("resume")

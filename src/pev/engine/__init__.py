@@ -35,6 +35,7 @@ from pev.engine._protocols import (
 from pev.engine._result import RunResult
 from pev.engine._tool_executor import Resources, ToolExecutor
 from pev.engine._tools import Reconciler, Tool, ToolRegistry, tool
+from pev.engine._worker import WorkerReport, submit, worker
 
 __all__ = [
     "DEFAULT_CRITERION",
@@ -60,6 +61,7 @@ __all__ = [
     "VerifierLike",
     "VerifierReply",
     "VerifyRequest",
+    "WorkerReport",
     "adapt",
     "cancel",
     "current_node_context",
@@ -68,5 +70,7 @@ __all__ = [
     "resume",
     "run",
     "run_sync",
+    "submit",
     "tool",
+    "worker",
 ]

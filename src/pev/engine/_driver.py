@@ -64,6 +64,7 @@ class Driver:
         state: The task's state as of the last write.
         deadline: The task deadline, read against the engine's clock.
         cancel_signal: Set when the task is being cancelled or ran out of time; nodes watch it.
+        drain_signal: Set to stop driving without ending the task (a worker draining).
         tools: The registered tools' specs, when the run has tools.
     """
 
@@ -78,6 +79,8 @@ class Driver:
         poll_s: float = 0.25,
         lessons: tuple[str, ...] = (),
         owner: str | None = None,
+        lease_s: float | None = None,
+        drain: asyncio.Event | None = None,
     ) -> None:
         self._ledger = ledger
         self._task_id = state.task_id
@@ -91,8 +94,12 @@ class Driver:
         self.tools = components.tools
         self._write_lock = asyncio.Lock()
         self._tenure = Tenure(
-            ledger, state.task_id, owner=owner or new_owner(), lease_s=state.policy.lease_s
+            ledger,
+            state.task_id,
+            owner=owner or new_owner(),
+            lease_s=lease_s if lease_s is not None else state.policy.lease_s,
         )
+        self.drain_signal = drain or asyncio.Event()
         cancel = self.cancel_signal
         self._planning = PlanStep(
             self, components.plan, cancel=cancel, tools=components.tools, lessons=lessons
@@ -111,6 +118,20 @@ class Driver:
 
         Returns:
             The task's result, rebuilt from the ledger.
+
+        Raises:
+            LeaseHeld: Another live driver holds the task (nothing was written).
+            LeaseLost: Another driver took the task over while this one drove it; this one
+                dispatched nothing more.
+        """
+        return RunResult.from_state(await self.steps())
+
+    async def steps(self) -> TaskState:
+        """:meth:`drive`, returning the task's state: ended, or as a drain left it.
+
+        Once :attr:`drain_signal` is set, the driver dispatches nothing new, lets running nodes
+        reach their terminal records, finishes the step it is in, and stops; the task stays in
+        its phase for another driver, and the lease is released.
 
         Raises:
             LeaseHeld: Another live driver holds the task (nothing was written).
@@ -146,10 +167,10 @@ class Driver:
                     helper.cancel()
                 await asyncio.gather(*helpers, return_exceptions=True)
                 await tenure.release()
-        return RunResult.from_state(self.state)
+        return self.state
 
     async def _loop(self) -> None:
-        while not self.state.terminal:
+        while not self.state.terminal and not self.drain_signal.is_set():
             # The deadline comes first: past it, the round sets the cancel signal itself (to
             # stop in-flight work) without any cancel_requested event to refresh towards.
             if self.deadline.passed():

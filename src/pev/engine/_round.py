@@ -72,6 +72,11 @@ class RoundHost(TaskHost, Protocol):
         ...
 
     @property
+    def drain_signal(self) -> asyncio.Event:
+        """Set when the driver is asked to stop (a worker draining): dispatch nothing new."""
+        ...
+
+    @property
     def tools(self) -> Mapping[str, ToolSpec] | None:
         """The registered tools' specs, when the run has tools (for a node's effect)."""
         ...
@@ -92,6 +97,7 @@ class Round:
         self._host = host
         self._number = number
         self._cancel = host.cancel_signal
+        self._drain = host.drain_signal
         self._deadline = host.deadline
         self._now = host.deadline.clock
         state = host.state
@@ -128,14 +134,18 @@ class Round:
         self._waiter: asyncio.Future[None] | None = None
 
     async def run(self) -> bool:
-        """Run the round; True if every node was dispatched or skipped (not cancelled or late)."""
-        host, cancel, deadline = self._host, self._cancel, self._deadline
+        """Run the round; True if every node was dispatched or skipped (not cancelled or late).
+
+        A drain (the driver asked to stop) dispatches nothing new and lets the running nodes
+        reach their terminal records; the round then ends unfinished, for another driver.
+        """
+        host, cancel, deadline, drain = self._host, self._cancel, self._deadline, self._drain
         limit = host.state.policy.max_parallel
         events: list[Event] = self._wake(list(self._pending))
         running = self._running
         try:
             while True:
-                stopping = cancel.is_set() or deadline.passed()
+                stopping = cancel.is_set() or drain.is_set() or deadline.passed()
                 starting: list[_Start] = []
                 if not stopping and self._ready:
                     room = max(limit - len(running), 0)
@@ -167,7 +177,9 @@ class Round:
                 task.cancel()
             await asyncio.gather(*running.values(), return_exceptions=True)
             raise
-        return not (self._pending or self._ready or cancel.is_set() or deadline.passed())
+        return not (
+            self._pending or self._ready or cancel.is_set() or drain.is_set() or deadline.passed()
+        )
 
     async def _next_ended(self, timeout: float | None) -> list[str]:
         """The running nodes that ended since the last call; waits (up to ``timeout``) for one.

@@ -7,6 +7,7 @@ apply the rules below inside their own transactions, so the rules live here once
 
 * :func:`acquired`: the lease a driver gets, or :class:`~pev.errors.LeaseHeld`;
 * :func:`renewed`: a heartbeat's longer lease, or :class:`~pev.errors.LeaseLost`;
+* :func:`is_free`: whether a task's lease may be claimed (see ``Store.claim``);
 * :func:`check_fence`: an append carrying a lease is refused unless that lease is the task's
   current one (same owner, same epoch), so a driver that was paused past its lease and taken
   over can write nothing more, and, since the pending record is written before a tool is called,
@@ -23,7 +24,7 @@ from datetime import datetime, timedelta
 from pev.errors import LeaseHeld, LeaseLost
 from pev.model import TaskId
 
-__all__ = ["Lease", "acquired", "check_fence", "released", "renewed"]
+__all__ = ["Lease", "acquired", "check_fence", "is_free", "released", "renewed"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +67,15 @@ def acquired(
             raise LeaseHeld(task_id, owner=current.owner, expires_at=current.expires_at)
         return replace(current, expires_at=until)
     return Lease(task_id=TaskId(task_id), owner=owner, epoch=current.epoch + 1, expires_at=until)
+
+
+def is_free(current: Lease | None, now: datetime) -> bool:
+    """Whether a task whose lease is ``current`` may be claimed at ``now``.
+
+    Free: no lease yet, or one expired or released (:meth:`Lease.live` is false). A live lease
+    is not free, not even to its own owner: a claim takes only tasks nobody drives.
+    """
+    return current is None or not current.live(now)
 
 
 def renewed(current: Lease | None, lease: Lease, *, now: datetime, lease_s: float) -> Lease:

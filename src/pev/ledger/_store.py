@@ -33,7 +33,9 @@ class Store(Protocol):
       the append's own transaction (:func:`~pev.ledger.check_fence`);
     * what was written is read back unchanged, in sequence order;
     * leases follow :func:`~pev.ledger.acquired`, :func:`~pev.ledger.renewed` and
-      :func:`~pev.ledger.released`, each applied in one transaction.
+      :func:`~pev.ledger.released`, each applied in one transaction;
+    * ``claim`` takes each lease it returns in one transaction: two claimers never get the
+      same task.
     """
 
     async def append(
@@ -56,6 +58,19 @@ class Store(Protocol):
         Raises:
             UnknownTaskError: No task has that id.
             LeaseHeld: Another owner holds a live lease.
+        """
+        ...
+
+    async def claim(
+        self, owner: str, *, now: datetime, lease_s: float, limit: int
+    ) -> tuple[Lease, ...]:
+        """Take the leases of up to ``limit`` runnable tasks for ``owner``, oldest task first.
+
+        A task is runnable when it has not ended (its phase is not terminal) and its lease is
+        free at ``now`` (none yet, expired or released). Each lease taken follows ``acquired``:
+        epoch 1 for a first lease, the previous epoch + 1 on a takeover. The leases are taken
+        atomically, so concurrent claimers get disjoint tasks; ordered by the tasks' creation
+        time, then id. ``limit <= 0`` takes nothing.
         """
         ...
 

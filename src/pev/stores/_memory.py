@@ -15,6 +15,7 @@ from pev.experience import Episode, Lesson, LessonStatus, lesson_terms, search_t
 from pev.kernel import deadline_passed
 from pev.ledger import (
     GENESIS_HASH,
+    TERMINAL_PHASES,
     Lease,
     LedgerEntry,
     TaskPhase,
@@ -25,6 +26,7 @@ from pev.ledger import (
     released,
     renewed,
 )
+from pev.ledger._lease import is_free
 from pev.model import TaskId
 
 __all__ = ["MemoryStore"]
@@ -81,6 +83,28 @@ class MemoryStore:
             lease = acquired(self._leases.get(task_id), task_id, owner, now=now, lease_s=lease_s)
             self._leases[task_id] = lease
             return lease
+
+    async def claim(
+        self, owner: str, *, now: datetime, lease_s: float, limit: int
+    ) -> tuple[Lease, ...]:
+        """Take the leases of up to ``limit`` runnable tasks, oldest first, under the lock."""
+        if limit <= 0:
+            return ()
+        with self._lock:
+            self._check_open()
+            runnable = sorted(
+                (s.created_at, s.task_id)
+                for s in self._summaries.values()
+                if s.phase not in TERMINAL_PHASES and is_free(self._leases.get(s.task_id), now)
+            )
+            taken: list[Lease] = []
+            for _, task_id in runnable[:limit]:
+                lease = acquired(
+                    self._leases.get(task_id), task_id, owner, now=now, lease_s=lease_s
+                )
+                self._leases[task_id] = lease
+                taken.append(lease)
+            return tuple(taken)
 
     async def renew_lease(self, lease: Lease, *, now: datetime, lease_s: float) -> Lease:
         """Extend the lease while it is the task's current one."""

@@ -31,6 +31,7 @@ from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
     GENESIS_HASH,
     SCHEMA_VERSION,
+    TERMINAL_PHASES,
     Event,
     Lease,
     LedgerEntry,
@@ -43,6 +44,7 @@ from pev.ledger import (
     renewed,
 )
 from pev.ledger._chain import entry_texts
+from pev.ledger._lease import is_free
 from pev.model import TaskId
 from pev.stores._postgres_db import Cursor, Database, TupleRow, UniqueViolation
 from pev.stores._postgres_lessons import PostgresLessons
@@ -74,6 +76,19 @@ _UPSERT_LEASE = (
     "INSERT INTO {s}.pev_leases (task_id, owner, epoch, expires_at) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (task_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
     "expires_at = excluded.expires_at"
+)
+# Runnable tasks, oldest first, their index rows locked; rows another transaction holds (an
+# append, a lease change, another claim) are skipped. The lease read here may be older than the
+# lock (a lease taken and committed after this statement began), so it is read again after it.
+_LOCK_CLAIMABLE = (
+    "SELECT t.task_id FROM {s}.pev_tasks t LEFT JOIN {s}.pev_leases l ON l.task_id = t.task_id "
+    "WHERE t.phase <> ALL(%s) AND (l.task_id IS NULL OR l.expires_at <= %s) "
+    "AND t.task_id <> ALL(%s) ORDER BY t.created_at, t.task_id LIMIT %s "
+    "FOR UPDATE OF t SKIP LOCKED"
+)
+_SELECT_CLAIMED = (
+    "SELECT t.task_id, t.phase, l.owner, l.epoch, l.expires_at FROM {s}.pev_tasks t "
+    "LEFT JOIN {s}.pev_leases l ON l.task_id = t.task_id WHERE t.task_id = ANY(%s)"
 )
 _SUMMARY = (
     "SELECT task_id, phase, status, reason, title, created_at, updated_at, event_count, "
@@ -222,6 +237,51 @@ class PostgresStore(PostgresLessons):
             lease = acquired(current, task_id, owner, now=now, lease_s=lease_s)
             await self._keep_lease(cur, lease)
             return lease
+
+        return await self._db.write(work)
+
+    async def claim(
+        self, owner: str, *, now: datetime, lease_s: float, limit: int
+    ) -> tuple[Lease, ...]:
+        """Take the leases of up to ``limit`` runnable tasks, oldest first, in one transaction.
+
+        The tasks' index rows are locked ``FOR UPDATE SKIP LOCKED``, the lock every lease change
+        and append of a task takes first, so concurrent claimers lock disjoint tasks. Each
+        locked task's phase and lease are read again under its lock: one whose lease was taken
+        (or that ended) after the search began is left, and the search goes on past it.
+        """
+        if limit <= 0:
+            return ()
+        ended = sorted(str(phase) for phase in TERMINAL_PHASES)
+
+        async def work(cur: Cursor) -> tuple[Lease, ...]:
+            taken: list[Lease] = []
+            seen: list[str] = []
+            while len(taken) < limit:
+                await cur.execute(
+                    self._db.sql(_LOCK_CLAIMABLE), (ended, now, seen, limit - len(taken))
+                )
+                locked = [str(row[0]) for row in await cur.fetchall()]
+                if not locked:
+                    break
+                seen.extend(locked)
+                await cur.execute(self._db.sql(_SELECT_CLAIMED), (locked,))
+                rows = {str(row[0]): row for row in await cur.fetchall()}
+                stale = False
+                for task_id in locked:
+                    _, phase, *lease_row = rows[task_id]
+                    current = _lease_from(
+                        task_id, None if lease_row[0] is None else tuple(lease_row)
+                    )
+                    if str(phase) in ended or not is_free(current, now):
+                        stale = True  # taken or ended meanwhile: look further
+                        continue
+                    lease = acquired(current, task_id, owner, now=now, lease_s=lease_s)
+                    await self._keep_lease(cur, lease)
+                    taken.append(lease)
+                if not stale:
+                    break
+            return tuple(taken)
 
         return await self._db.write(work)
 

@@ -44,6 +44,7 @@ from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
     GENESIS_HASH,
     SCHEMA_VERSION,
+    TERMINAL_PHASES,
     Event,
     Lease,
     LedgerEntry,
@@ -170,6 +171,13 @@ _UPSERT_LEASE = (
     "expires_at = excluded.expires_at"
 )
 
+# Runnable tasks, oldest first: not ended (a terminal phase each `?`), the lease free at `now`.
+_ENDED = ", ".join("?" for _ in TERMINAL_PHASES)
+_SELECT_CLAIMABLE = (
+    "SELECT t.task_id, l.owner, l.epoch, l.expires_at FROM pev_tasks t "  # noqa: S608 - only ?s
+    f"LEFT JOIN pev_leases l ON l.task_id = t.task_id WHERE t.phase NOT IN ({_ENDED}) "
+    "AND (l.task_id IS NULL OR l.expires_at <= ?) ORDER BY t.created_at, t.task_id LIMIT ?"
+)
 
 # Every table, index and trigger the schemas create: a file holding them all needs no write to
 # be opened.
@@ -472,6 +480,36 @@ class SQLiteStore:
             lease = acquired(_lease_of(conn, task_id), task_id, owner, now=now, lease_s=lease_s)
             _keep_lease(conn, lease)
             return lease
+
+        return await self._run(lambda conn: self._transaction(conn, work))
+
+    async def claim(
+        self, owner: str, *, now: datetime, lease_s: float, limit: int
+    ) -> tuple[Lease, ...]:
+        """Take the leases of up to ``limit`` runnable tasks, oldest first, in one transaction."""
+        if limit <= 0:
+            return ()
+        ended = sorted(str(phase) for phase in TERMINAL_PHASES)
+
+        def work(conn: sqlite3.Connection) -> tuple[Lease, ...]:
+            # BEGIN IMMEDIATE holds the write lock from the read on: nobody claims in between.
+            rows = conn.execute(_SELECT_CLAIMABLE, (*ended, _time_key(now), limit)).fetchall()
+            taken: list[Lease] = []
+            for task_id, lease_owner, epoch, expires_at in rows:
+                current = (
+                    None
+                    if lease_owner is None
+                    else Lease(
+                        task_id=TaskId(str(task_id)),
+                        owner=str(lease_owner),
+                        epoch=int(epoch),
+                        expires_at=_parse_time(str(expires_at)),
+                    )
+                )
+                lease = acquired(current, str(task_id), owner, now=now, lease_s=lease_s)
+                _keep_lease(conn, lease)
+                taken.append(lease)
+            return tuple(taken)
 
         return await self._run(lambda conn: self._transaction(conn, work))
 

@@ -1,0 +1,284 @@
+"""Tasks that outlive the process that started them: ``submit`` writes one, a worker drives it.
+
+``pev.submit`` writes a task, with the import paths of its agent, without running it. A worker
+(``pev.worker``, ``pev worker``) claims runnable tasks from the store (new ones, and ones whose
+driver's lease expired), drives each as ``pev.resume`` would (an unknown action is never re-sent),
+at most ``concurrency`` at a time, and on ``stop`` claims nothing more, lets in-flight nodes reach
+their terminal records, and releases its leases. See docs/workers.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from pev.engine._agent import (
+    Agent,
+    ExecutorLike,
+    ObserverLike,
+    PlannerLike,
+    ToolsLike,
+    VerifierLike,
+    check_verifier,
+)
+from pev.engine._api import _advice, _agent_of, _learn, _text, default_contract
+from pev.engine._components import agent_paths, build_components, rebuild
+from pev.engine._driver import Driver
+from pev.engine._tenure import new_owner
+from pev.errors import ComponentError, PevError
+from pev.experience import LessonBook
+from pev.ledger import Lease, Ledger, Store, TaskState, utc_now
+from pev.model import JsonValue, VerificationContract, check_contract
+from pev.policy import RecoveryPolicy
+from pev.rails import RailBus, RailLike
+
+__all__ = ["WorkerReport", "submit", "worker"]
+
+log = logging.getLogger("pev.worker")
+
+DEFAULT_LEASE_S = RecoveryPolicy().lease_s
+
+
+async def submit(
+    input: JsonValue,  # noqa: A002 - the documented name for what the task is asked to do
+    *,
+    store: Store,
+    agent: Agent | None = None,
+    planner: PlannerLike | None = None,
+    verifier: VerifierLike | None = None,
+    tools: ToolsLike | None = None,
+    executor: ExecutorLike | None = None,
+    observer: ObserverLike | None = None,
+    contract: VerificationContract | None = None,
+    policy: RecoveryPolicy | None = None,
+    task_id: str | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> str:
+    """Write a task for a worker to run, and return its id; nothing runs here.
+
+    The task records the import paths of its agent (see :func:`pev.run`), so a worker in any
+    process rebuilds it: the agent, or each of its parts, must be reachable by a module-level
+    name.
+
+    Raises:
+        ComponentError: A part has no import path a worker could rebuild it from (or an agent
+            was given with parts of one).
+        ContractError: The contract cannot be honoured by this agent.
+    """
+    agent = _agent_of(
+        agent,
+        {
+            "planner": planner,
+            "verifier": verifier,
+            "tools": tools,
+            "executor": executor,
+            "observer": observer,
+        },
+    )
+    policy = policy or agent.policy or RecoveryPolicy()
+    contract = contract or agent.contract or default_contract(input, agent.verifier)
+    check_contract(contract, has_observer=agent.observer is not None)
+    check_verifier(contract, agent.verifier)
+    paths = agent_paths(agent)
+    _check_rebuildable(agent, paths)
+    ledger = Ledger(store, clock=clock or utc_now)
+    state = await ledger.create(
+        input, contract=contract, policy=policy, components=paths, task_id=task_id
+    )
+    log.info("submitted task %s", state.task_id)
+    return state.task_id
+
+
+def _check_rebuildable(agent: Agent, paths: dict[str, str]) -> None:
+    """Refuse a part a worker could not rebuild from the recorded paths."""
+    if "agent" in paths:
+        return
+    given = {
+        "planner": agent.planner,
+        "verifier": agent.verifier,
+        "observer": agent.observer,
+        "tools": agent.tools or None,
+        "executor": agent.executor,
+    }
+    for role, part in given.items():
+        if part is not None and role not in paths:
+            raise ComponentError(
+                f"the {role} has no import path a worker could rebuild it from (a lambda, a "
+                "closure, a configured object or tool without a module-level name); bind the "
+                "agent, or that part, to a module-level name",
+                role=role,
+            )
+
+
+@dataclass(slots=True, kw_only=True)
+class WorkerReport:
+    """What a worker did before it stopped.
+
+    Attributes:
+        owner: Its lease owner id.
+        claimed: Tasks it claimed.
+        ended: Claimed tasks that it drove to their end.
+        drained: Claimed tasks it stopped driving when told to stop (left for another driver).
+        failed: Claimed tasks whose drive raised (logged; the task stays in its store).
+    """
+
+    owner: str
+    claimed: int = 0
+    ended: int = 0
+    drained: int = 0
+    failed: int = 0
+
+
+async def worker(
+    store: Store,
+    *,
+    agent: Agent | None = None,
+    concurrency: int = 4,
+    lease_s: float | None = None,
+    poll_s: float = 1.0,
+    stop: asyncio.Event | None = None,
+    owner: str | None = None,
+    rails: Iterable[RailLike] = (),
+    experience: LessonBook | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> WorkerReport:
+    """Claim runnable tasks from ``store`` and drive them until ``stop`` is set.
+
+    Args:
+        store: Where the tasks are (several workers, in several processes, may share it).
+        agent: Drives every task it claims; by default each task's agent is rebuilt from the
+            import paths it recorded.
+        concurrency: The most tasks driven at once.
+        lease_s: The lease of the tasks this worker drives; default: each task's policy's.
+        poll_s: How long an idle worker waits before it looks for tasks again.
+        stop: Set it to stop: no more claims; running nodes reach their terminal records
+            (within their timeouts), each task is left in its phase, and its lease released.
+        owner: The lease owner id; a fresh ``host:pid:nonce`` by default.
+        rails: Observers of every task driven.
+        experience: As in :func:`pev.run`: lessons for planning, and ended tasks recorded.
+        clock: Returns the current UTC time; for tests.
+
+    Returns:
+        What the worker did.
+
+    Raises:
+        ValueError: ``concurrency`` is below 1, or ``poll_s`` or ``lease_s`` is not positive.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if not poll_s > 0 or (lease_s is not None and not lease_s > 0):
+        raise ValueError("poll_s and lease_s must be positive numbers of seconds")
+    stop = stop or asyncio.Event()
+    clock = clock or utc_now
+    report = WorkerReport(owner=owner or new_owner())
+    drain = asyncio.Event()
+    active: dict[str, asyncio.Task[None]] = {}
+    shared = _Shared(store, agent, tuple(rails), experience, clock, report, lease_s, drain)
+    log.info("worker %s started (concurrency %d)", report.owner, concurrency)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        while not stop.is_set():
+            claimed: tuple[Lease, ...] = ()
+            room = concurrency - len(active)
+            if room > 0:
+                try:
+                    claimed = await store.claim(
+                        report.owner,
+                        now=clock(),
+                        lease_s=lease_s or DEFAULT_LEASE_S,
+                        limit=room,
+                    )
+                except PevError:
+                    log.exception("worker %s: claiming tasks failed", report.owner)
+            for lease in claimed:
+                report.claimed += 1
+                log.info("claimed task %s (lease epoch %d)", lease.task_id, lease.epoch)
+                active[lease.task_id] = asyncio.create_task(
+                    shared.drive(lease.task_id), name=f"pev-worker-{lease.task_id}"
+                )
+            if claimed and len(active) < concurrency:
+                continue  # there may be more waiting
+            waiting = {stopping, *active.values()}
+            await asyncio.wait(waiting, timeout=poll_s, return_when=asyncio.FIRST_COMPLETED)
+            for task_id, task in list(active.items()):
+                if task.done():
+                    del active[task_id]
+    finally:
+        stopping.cancel()
+        drain.set()
+        if active:
+            log.info("worker %s stopping: draining %d task(s)", report.owner, len(active))
+            await asyncio.gather(*active.values(), return_exceptions=True)
+    log.info(
+        "worker %s stopped: %d claimed, %d ended, %d drained, %d failed",
+        report.owner,
+        report.claimed,
+        report.ended,
+        report.drained,
+        report.failed,
+    )
+    return report
+
+
+@dataclass(slots=True)
+class _Shared:
+    """What every task a worker drives shares: the store, the agent, rails, time, the drain."""
+
+    store: Store
+    agent: Agent | None
+    rails: tuple[RailLike, ...]
+    experience: LessonBook | None
+    clock: Callable[[], datetime]
+    report: WorkerReport
+    lease_s: float | None
+    drain: asyncio.Event
+
+    async def drive(self, task_id: str) -> None:
+        """Drive one claimed task as resume would; its failures are logged, never raised."""
+        report = self.report
+        try:
+            state = await self._drive(task_id)
+        except PevError:
+            report.failed += 1
+            log.exception("task %s: driving it failed; it stays in the store", task_id)
+            return
+        if state.terminal:
+            report.ended += 1
+            finished = state.finished
+            log.info(
+                "task %s ended %s/%s; lease released",
+                task_id,
+                finished.status if finished else "?",
+                finished.reason if finished else "?",
+            )
+        else:
+            report.drained += 1
+            log.info("task %s left %s for another driver; lease released", task_id, state.phase)
+
+    async def _drive(self, task_id: str) -> TaskState:
+        ledger = Ledger(self.store, clock=self.clock)
+        state = await ledger.state(task_id)
+        if state.terminal:
+            return state
+        agent = self.agent or rebuild(state.created.components, {})
+        check_verifier(state.contract, agent.verifier)
+        components = build_components(agent, policy=state.policy)
+        goal = state.contract.goal or _text(state.created.input)
+        advice = await _advice((), self.experience, components, goal=goal)
+        driver = Driver(
+            ledger,
+            state,
+            components,
+            rails=RailBus((*agent.rails, *self.rails)),
+            clock=self.clock,
+            lessons=advice,
+            owner=self.report.owner,
+            lease_s=self.lease_s,
+            drain=self.drain,
+        )
+        final = await driver.steps()
+        await _learn(self.experience, final)
+        return final

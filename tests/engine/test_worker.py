@@ -1,0 +1,298 @@
+"""Submit and workers: a task written now is driven later, by any process, exactly once.
+
+The side effects are counted by the tools themselves (an append-only file), never read back
+from pev's own ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from tests.support import postgres
+
+import pev
+from pev.errors import ComponentError
+from pev.ledger import Ledger, TaskPhase
+from pev.model import Plan, PlanNode, RecordStatus
+from pev.stores import MemoryStore, SQLiteStore
+
+PEV = Path(sys.executable).with_name("pev")
+
+AGENT = '''
+"""A shop whose tool appends each sale to a file, and can be held mid-sale."""
+
+import asyncio
+import os
+from pathlib import Path
+
+import pev
+from pev.model import Plan, PlanNode
+
+SALES = Path(os.environ["PEV_TEST_SALES"])
+HOLD = Path(os.environ["PEV_TEST_HOLD"])
+
+
+async def sell(item: str) -> str:
+    """Sell one item (an action)."""
+    key = pev.engine.current_node_context().idempotency_key
+    with SALES.open("a", encoding="utf-8") as sales:
+        sales.write(key + "\\n")
+    while HOLD.exists():
+        await asyncio.sleep(0.01)
+    return f"sold {item}"
+
+
+sell_tool = pev.tool(sell, effect="action", timeout_s=2)
+
+
+def planner(request):
+    return Plan("sell", (PlanNode("sell", "sell it", tool="sell", args={"item": request.input}),))
+
+
+shop = pev.Agent(planner, tools=[sell_tool])
+'''
+
+
+@pytest.fixture
+def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """The shop module under a unique name, on the path, with its own sales file."""
+    name = f"pev_shop_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(AGENT), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PEV_TEST_SALES", str(tmp_path / "sales.log"))
+    monkeypatch.setenv("PEV_TEST_HOLD", str(tmp_path / "hold"))
+    module = importlib.import_module(name)
+    yield module
+    sys.modules.pop(name, None)
+
+
+def sales(module: ModuleType) -> list[str]:
+    path: Path = module.SALES
+    return path.read_text(encoding="utf-8").split() if path.exists() else []
+
+
+async def _until(condition: object, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[pev.Store]:
+    """Each store workers share: in memory, one SQLite file, and a PostgreSQL schema."""
+    opened: pev.Store
+    if request.param == "postgres":
+        postgres.require()
+        opened = postgres.ThrowawayStore()
+    elif request.param == "sqlite":
+        opened = SQLiteStore(tmp_path / "ledger.db")
+    else:
+        opened = MemoryStore()
+    yield opened
+    await opened.close()
+
+
+async def test_submitted_tasks_are_driven_by_a_worker_each_once(
+    shop: ModuleType, store: pev.Store
+) -> None:
+    """Five submitted tasks: the worker claims and ends them all, one sale each."""
+    ids = [await pev.submit(f"item {n}", agent=shop.shop, store=store) for n in range(5)]
+    created = (await Ledger(store).state(ids[0])).created
+    assert dict(created.components) == {"agent": f"{shop.__name__}:shop"}
+    stop = asyncio.Event()
+    working = asyncio.create_task(pev.worker(store, concurrency=2, poll_s=0.05, stop=stop))
+
+    async def all_ended() -> None:
+        while not all([(await Ledger(store).state(i)).terminal for i in ids]):
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(all_ended(), 10)
+    stop.set()
+    report = await asyncio.wait_for(working, 10)
+    assert (report.claimed, report.ended, report.drained, report.failed) == (5, 5, 0, 0)
+    assert len(sales(shop)) == 5
+    for task_id in ids:
+        state = await Ledger(store).state(task_id)
+        assert state.finished is not None
+        assert state.finished.status == "succeeded"
+        assert [d.owner for d in state.drivers] == [report.owner]
+
+
+async def test_a_stopped_worker_drains_and_another_finishes(
+    shop: ModuleType, store: pev.Store
+) -> None:
+    """Stop mid-sale: the sale ends, the task is left for another worker, which never resells."""
+    hold: Path = shop.HOLD
+    hold.touch()
+    task_id = await pev.submit("lamp", agent=shop.shop, store=store)
+    stop = asyncio.Event()
+    first = asyncio.create_task(pev.worker(store, poll_s=0.05, stop=stop))
+    await _until(lambda: len(sales(shop)) == 1)
+    stop.set()
+    await asyncio.sleep(0.05)
+    hold.unlink()  # the sale in flight completes within its timeout
+    report = await asyncio.wait_for(first, 10)
+    assert (report.claimed, report.ended, report.drained) == (1, 0, 1)
+    left = await Ledger(store).state(task_id)
+    assert left.phase is TaskPhase.EXECUTING
+    assert [r.status for r in left.records.values()] == [RecordStatus.SUCCEEDED]
+    lease = await store.lease(task_id)
+    assert lease is not None
+    assert not lease.live(pev.ledger.utc_now())  # released at once
+
+    stop_again = asyncio.Event()
+    second = asyncio.create_task(pev.worker(store, poll_s=0.05, stop=stop_again))
+    state = await _ended(store, task_id)
+    stop_again.set()
+    assert (await second).ended == 1
+    assert state.finished is not None
+    assert state.finished.status == "succeeded"
+    assert len(sales(shop)) == 1  # sold once, whoever drove it
+    assert [d.epoch for d in state.drivers] == [1, 2]
+
+
+async def _ended(store: pev.Store, task_id: str, *, seconds: float = 10) -> pev.TaskState:
+    deadline = time.monotonic() + seconds
+    while not (state := await Ledger(store).state(task_id)).terminal:
+        assert time.monotonic() < deadline, "the task never ended"
+        await asyncio.sleep(0.02)
+    return state
+
+
+async def test_submit_refuses_an_agent_no_worker_could_rebuild(store: pev.Store) -> None:
+    """A lambda planner has no import path: ComponentError naming it, and no task written."""
+    plan = Plan("p", (PlanNode("a", "a", tool="t"),))
+    with pytest.raises(ComponentError) as refused:
+        await pev.submit("x", planner=lambda r: plan, executor=lambda n, c: None, store=store)
+    assert refused.value.role == "planner"
+    assert await store.list_tasks() == ()
+
+
+async def test_worker_options_are_checked() -> None:
+    """A worker without room to work, or with a non-positive poll, is a ValueError."""
+    with pytest.raises(ValueError, match="concurrency"):
+        await pev.worker(MemoryStore(), concurrency=0)
+    with pytest.raises(ValueError, match="poll_s"):
+        await pev.worker(MemoryStore(), poll_s=0)
+
+
+def test_pev_worker_drives_submitted_tasks_and_stops_on_sigterm(
+    shop: ModuleType, tmp_path: Path
+) -> None:
+    """`pev submit` twice, `pev worker` drives both, SIGTERM: exit 0, claims and ends logged."""
+    db = tmp_path / "ledger.db"
+    task = tmp_path / "task.toml"
+    task.write_text(
+        f'input = "kettle"\n[components]\nagent = "{shop.__name__}:shop"\n', encoding="utf-8"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    ids = []
+    for _ in range(2):
+        done = subprocess.run(
+            [str(PEV), "--db", str(db), "submit", str(task)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        ids.append(done.stdout.strip())
+    serving = subprocess.Popen(
+        [str(PEV), "--db", str(db), "worker", "--poll-s", "0.1"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(sales(shop)) < 2:
+            assert serving.poll() is None, serving.communicate()[1]
+            assert time.monotonic() < deadline, "the worker did not sell"
+            time.sleep(0.05)
+        asyncio.run(_wait_ended(db, ids))
+    finally:
+        serving.send_signal(signal.SIGTERM)
+        _, err = serving.communicate(timeout=30)
+    assert serving.returncode == 0, err
+    assert "claimed task" in err
+    assert "2 claimed, 2 ended, 0 drained, 0 failed" in err
+    assert len(sales(shop)) == 2
+
+
+async def _wait_ended(db: Path, ids: list[str]) -> None:
+    store = SQLiteStore(db)
+    try:
+        for task_id in ids:
+            await _ended(store, task_id)
+    finally:
+        await store.close()
+
+
+def test_a_killed_workers_task_is_taken_over_and_its_sale_never_resent(
+    shop: ModuleType, tmp_path: Path
+) -> None:
+    """SIGKILL a `pev worker` mid-sale; another takes the task once the lease expires.
+
+    The sale's outcome is unknown (the tool has no reconcile), so the second worker settles it
+    as unknown after the sale's own deadline and never sells again.
+    """
+    db = tmp_path / "ledger.db"
+    hold: Path = shop.HOLD
+    hold.touch()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+
+    async def submit_one() -> str:
+        store = SQLiteStore(db)
+        try:
+            return await pev.submit("vase", agent=shop.shop, store=store)
+        finally:
+            await store.close()
+
+    task_id = asyncio.run(submit_one())
+    command = [str(PEV), "--db", str(db), "worker", "--poll-s", "0.1", "--lease-s", "1"]
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not sales(shop):
+            assert first.poll() is None, first.communicate()[1]
+            assert time.monotonic() < deadline, "the first worker did not start the sale"
+            time.sleep(0.05)
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
+    hold.unlink()
+    second = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        state = asyncio.run(_wait_ended_one(db, task_id))
+    finally:
+        second.send_signal(signal.SIGTERM)
+        _, err = second.communicate(timeout=30)
+    assert second.returncode == 0, err
+    assert len(sales(shop)) == 1  # one sale, never re-sent
+    assert [d.epoch for d in state.drivers] == [1, 2]
+    assert [r.status for r in state.records.values()] == [RecordStatus.UNKNOWN]
+
+
+async def _wait_ended_one(db: Path, task_id: str) -> pev.TaskState:
+    store = SQLiteStore(db)
+    try:
+        return await _ended(store, task_id, seconds=30)
+    finally:
+        await store.close()

@@ -1,0 +1,134 @@
+"""Claims on every backend: take the leases of runnable tasks, oldest first, never twice.
+
+Each test runs against every store in ``BACKENDS`` (see conftest.py). A task is runnable when it
+has not ended and its lease is free (none yet, expired or released); ``claim`` takes the leases
+of up to ``limit`` of them in one transaction, under the rules of ``pev.ledger.acquired``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+from tests.support import postgres
+from tests.support.builders import T0
+
+from pev.ledger import Lease, Store
+from pev.stores import MemoryStore, SQLiteStore
+
+if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
+    from conftest import TaskFactory
+
+LEASE_S = 30.0
+LATER = T0 + timedelta(seconds=LEASE_S + 1)
+
+
+def _ids(leases: tuple[Lease, ...]) -> list[str]:
+    return [lease.task_id for lease in leases]
+
+
+async def test_claims_new_tasks_oldest_first_up_to_the_limit(
+    store: Store, tasks: TaskFactory
+) -> None:
+    """Oldest task first (by creation, not by id), epoch 1, until now + lease_s."""
+    for task_id in ("t3", "t1", "t2"):
+        await tasks.planning(task_id)
+    claimed = await store.claim("a", now=T0, lease_s=LEASE_S, limit=2)
+    assert _ids(claimed) == ["t3", "t1"]
+    for lease in claimed:
+        assert (lease.owner, lease.epoch) == ("a", 1)
+        assert lease.expires_at == T0 + timedelta(seconds=LEASE_S)
+        assert await store.lease(lease.task_id) == lease
+    assert await store.lease("t2") is None
+    rest = await store.claim("b", now=T0, lease_s=LEASE_S, limit=5)
+    assert _ids(rest) == ["t2"]
+    assert await store.claim("c", now=T0, lease_s=LEASE_S, limit=5) == ()
+
+
+async def test_a_limit_of_zero_or_less_claims_nothing(store: Store, tasks: TaskFactory) -> None:
+    """No lease is taken for a limit of 0 or below."""
+    await tasks.planning("t1")
+    assert await store.claim("a", now=T0, lease_s=LEASE_S, limit=0) == ()
+    assert await store.claim("a", now=T0, lease_s=LEASE_S, limit=-1) == ()
+    assert await store.lease("t1") is None
+
+
+async def test_skips_ended_tasks_and_live_leases(store: Store, tasks: TaskFactory) -> None:
+    """A finished task, or one another owner (or the claimer itself) drives, is not claimed."""
+    await tasks.finished("done")
+    await tasks.planning("held")
+    await tasks.executing("mine")
+    await tasks.awaiting_replan("free")
+    await store.acquire_lease("held", "other", now=T0, lease_s=LEASE_S)
+    await store.acquire_lease("mine", "a", now=T0, lease_s=LEASE_S)
+    claimed = await store.claim("a", now=T0 + timedelta(seconds=1), lease_s=LEASE_S, limit=10)
+    assert _ids(claimed) == ["free"]
+    assert await store.lease("done") is None
+    held = await store.lease("held")
+    assert held is not None
+    assert held.owner == "other"
+
+
+async def test_takes_over_an_expired_lease_under_the_next_epoch(
+    store: Store, tasks: TaskFactory
+) -> None:
+    """Past its expiry, a lease is claimed with epoch + 1; the old owner's fence is refused."""
+    await tasks.planning("t1")
+    await store.acquire_lease("t1", "a", now=T0, lease_s=LEASE_S)
+    (taken,) = await store.claim("b", now=LATER, lease_s=LEASE_S, limit=5)
+    assert (taken.task_id, taken.owner, taken.epoch) == ("t1", "b", 2)
+    assert await store.lease("t1") == taken
+
+
+async def test_a_released_lease_is_claimable_at_once(store: Store, tasks: TaskFactory) -> None:
+    """A lease released a second ago is free: claimed under the next epoch."""
+    await tasks.planning("t1")
+    lease = await store.acquire_lease("t1", "a", now=T0, lease_s=LEASE_S)
+    await store.release_lease(lease, now=T0 + timedelta(seconds=1))
+    (taken,) = await store.claim("b", now=T0 + timedelta(seconds=2), lease_s=LEASE_S, limit=1)
+    assert (taken.owner, taken.epoch) == ("b", 2)
+
+
+async def test_an_append_fenced_by_a_claimed_lease_is_written(
+    store: Store, tasks: TaskFactory
+) -> None:
+    """A claimed lease is the task's current one: its fence lets an append through."""
+    await tasks.planning("t1")
+    (lease,) = await store.claim("a", now=T0, lease_s=LEASE_S, limit=1)
+    await tasks.ledger.append("t1", [tasks.revision()], fence=lease)
+    assert len(await store.read("t1")) == 2
+
+
+@pytest.fixture
+async def other(store: Store) -> AsyncIterator[Store]:
+    """A second store over the same ledgers (for memory, the same store)."""
+    if isinstance(store, MemoryStore):
+        yield store
+        return
+    if isinstance(store, SQLiteStore):
+        second: Store = SQLiteStore(store.location)
+    else:
+        second = postgres.PostgresStore(postgres.URL, schema=store.schema, max_size=4)  # type: ignore[attr-defined]
+    yield second
+    await second.close()  # a plain PostgresStore leaves the schema to ``store`` to drop
+
+
+async def test_concurrent_claimers_get_disjoint_tasks(
+    store: Store, other: Store, tasks: TaskFactory
+) -> None:
+    """Two claimers racing on two stores of the same ledgers share the runnable tasks out."""
+    names = [f"t{n}" for n in range(8)]
+    for task_id in names:
+        await tasks.planning(task_id)
+    await other.lease("t0")  # open its connections before the race
+    mine, theirs = await asyncio.gather(
+        store.claim("a", now=T0, lease_s=LEASE_S, limit=5),
+        other.claim("b", now=T0, lease_s=LEASE_S, limit=5),
+    )
+    assert not set(_ids(mine)) & set(_ids(theirs))
+    assert sorted(_ids(mine) + _ids(theirs)) == names
+    for lease in (*mine, *theirs):
+        assert await store.lease(lease.task_id) == lease
