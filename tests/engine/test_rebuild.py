@@ -9,16 +9,14 @@ charge. The side-effect log is written by the tool, not read from pev's ledger.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import subprocess
 import sys
-import textwrap
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.support.modules import log_lines, user_module
 
 import pev
 from pev.errors import ComponentError
@@ -76,19 +74,14 @@ booking = pev.Agent(planner, tools=[pay_tool])
 @pytest.fixture
 def payments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """A fresh payments module (a unique name) on the path, with its own charge log."""
-    name = f"pev_payments_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(PAYMENTS), encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PEV_TEST_CHARGES", str(tmp_path / "charges.log"))
-    module = importlib.import_module(name)
-    yield module
-    sys.modules.pop(name, None)
+    with user_module(tmp_path, monkeypatch, PAYMENTS, prefix="pev_payments") as module:
+        yield module
 
 
 def charges(module: ModuleType) -> list[str]:
     """The charges the tool made, from its own append-only log."""
-    log: Path = module.LOG
-    return log.read_text(encoding="utf-8").split() if log.exists() else []
+    return log_lines(module.LOG)
 
 
 def pev_resume(db: Path, task_id: str) -> subprocess.CompletedProcess[str]:

@@ -7,20 +7,18 @@ from pev's own ledger.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from tests.support import postgres
+from tests.support.modules import log_lines, user_module
 
 import pev
 from pev.errors import ComponentError
@@ -68,19 +66,15 @@ shop = pev.Agent(planner, tools=[sell_tool])
 @pytest.fixture
 def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """The shop module under a unique name, on the path, with its own sales file."""
-    name = f"pev_shop_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(AGENT), encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PEV_TEST_SALES", str(tmp_path / "sales.log"))
     monkeypatch.setenv("PEV_TEST_HOLD", str(tmp_path / "hold"))
-    module = importlib.import_module(name)
-    yield module
-    sys.modules.pop(name, None)
+    with user_module(tmp_path, monkeypatch, AGENT, prefix="pev_shop") as module:
+        yield module
 
 
 def sales(module: ModuleType) -> list[str]:
-    path: Path = module.SALES
-    return path.read_text(encoding="utf-8").split() if path.exists() else []
+    """The sales the tool made, from its own append-only file."""
+    return log_lines(module.SALES)
 
 
 async def _until(condition: object, seconds: float = 10) -> None:

@@ -13,4 +13,5 @@ here is collected as a test.
   ledger events.
 - :mod:`tests.support.tools`: node contexts and nodes for the tool executor tests.
 - :mod:`tests.support.watering`: the engine tests' task, watering the plants.
+- :mod:`tests.support.modules`: user modules a test writes, importable by name (import paths).
 """

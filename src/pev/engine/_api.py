@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ParamSpec
 
@@ -113,7 +114,8 @@ async def run(
         ComponentError: Missing or conflicting components (an agent and parts of one, say).
         AssertionError: A verifier's or planner's programming error, in every mode.
     """
-    agent = _agent_of(
+    task = new_task_of(
+        input,
         agent,
         {
             "planner": planner,
@@ -122,11 +124,10 @@ async def run(
             "executor": executor,
             "observer": observer,
         },
+        contract=contract,
+        policy=policy,
     )
-    policy = policy or agent.policy or RecoveryPolicy()
-    contract = contract or agent.contract or default_contract(input, agent.verifier)
-    check_contract(contract, has_observer=agent.observer is not None)
-    check_verifier(contract, agent.verifier)
+    agent, contract, policy = task.agent, task.contract, task.policy
     components = build_components(agent, policy=policy)
     # Chosen before the task exists: a store that cannot answer leaves no task behind.
     advice = await _advice(lessons, experience, components, goal=contract.goal or _text(input))
@@ -141,6 +142,40 @@ async def run(
     result = await driver.drive()
     await _learn(experience, driver.state)
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """What a new task runs with: its agent, contract and policy, checked against each other."""
+
+    agent: Agent
+    contract: VerificationContract
+    policy: RecoveryPolicy
+
+
+def new_task_of(
+    input: JsonValue,  # noqa: A002
+    agent: Agent | None,
+    parts: Mapping[str, Any],
+    *,
+    contract: VerificationContract | None,
+    policy: RecoveryPolicy | None,
+) -> NewTask:
+    """The agent given (or built from its parts), and the contract and policy a new task uses.
+
+    The contract and policy given win over the agent's; without either, the agent's, else the
+    defaults (see :func:`default_contract`).
+
+    Raises:
+        ComponentError: An agent and parts of one, or no planner.
+        ContractError: The contract cannot be honoured by this agent.
+    """
+    agent = _agent_of(agent, parts)
+    policy = policy or agent.policy or RecoveryPolicy()
+    contract = contract or agent.contract or default_contract(input, agent.verifier)
+    check_contract(contract, has_observer=agent.observer is not None)
+    check_verifier(contract, agent.verifier)
+    return NewTask(agent, contract, policy)
 
 
 def _agent_of(

@@ -24,14 +24,14 @@ from pev.engine._agent import (
     VerifierLike,
     check_verifier,
 )
-from pev.engine._api import _advice, _agent_of, _learn, _text, default_contract
+from pev.engine._api import _advice, _learn, _text, new_task_of
 from pev.engine._components import agent_paths, build_components, rebuild
 from pev.engine._driver import Driver
 from pev.engine._tenure import new_owner
 from pev.errors import ComponentError, PevError
 from pev.experience import LessonBook
 from pev.ledger import Lease, Ledger, Store, TaskState, utc_now
-from pev.model import JsonValue, VerificationContract, check_contract
+from pev.model import JsonValue, VerificationContract
 from pev.policy import RecoveryPolicy
 from pev.rails import RailBus, RailLike
 
@@ -68,7 +68,8 @@ async def submit(
             was given with parts of one).
         ContractError: The contract cannot be honoured by this agent.
     """
-    agent = _agent_of(
+    task = new_task_of(
+        input,
         agent,
         {
             "planner": planner,
@@ -77,16 +78,14 @@ async def submit(
             "executor": executor,
             "observer": observer,
         },
+        contract=contract,
+        policy=policy,
     )
-    policy = policy or agent.policy or RecoveryPolicy()
-    contract = contract or agent.contract or default_contract(input, agent.verifier)
-    check_contract(contract, has_observer=agent.observer is not None)
-    check_verifier(contract, agent.verifier)
-    paths = agent_paths(agent)
-    _check_rebuildable(agent, paths)
+    paths = agent_paths(task.agent)
+    _check_rebuildable(task.agent, paths)
     ledger = Ledger(store, clock=clock or utc_now)
     state = await ledger.create(
-        input, contract=contract, policy=policy, components=paths, task_id=task_id
+        input, contract=task.contract, policy=task.policy, components=paths, task_id=task_id
     )
     log.info("submitted task %s", state.task_id)
     return state.task_id
