@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -290,3 +291,83 @@ async def _wait_ended_one(db: Path, task_id: str) -> pev.TaskState:
         return await _ended(store, task_id, seconds=30)
     finally:
         await store.close()
+
+
+BROKEN = '''
+"""An agent whose planner has a bug: it raises AssertionError every time it is asked."""
+
+import os
+from pathlib import Path
+
+import pev
+
+CALLS = Path(os.environ["PEV_TEST_CALLS"])
+
+
+def planner(request):
+    with CALLS.open("a", encoding="utf-8") as calls:
+        calls.write("plan\\n")
+    raise AssertionError("a planner bug")
+
+
+async def noop() -> str:
+    """Do nothing (a query)."""
+    return "nothing"
+
+
+broken = pev.Agent(planner, tools=[pev.tool(noop, effect="query")])
+'''
+
+
+@pytest.fixture
+def broken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """The broken agent's module, with its own file of planner calls."""
+    monkeypatch.setenv("PEV_TEST_CALLS", str(tmp_path / "calls.log"))
+    with user_module(tmp_path, monkeypatch, BROKEN, prefix="pev_broken") as module:
+        yield module
+
+
+async def test_a_task_whose_drive_keeps_failing_is_not_claimed_again_at_once(
+    broken: ModuleType, store: pev.Store
+) -> None:
+    """A drive that raises (any exception) is counted and logged, never raised; its task is
+    not re-claimed in a hot loop: its lease is held until it expires."""
+    task_id = await pev.submit("x", agent=broken.broken, store=store)
+    stop = asyncio.Event()
+    working = asyncio.create_task(pev.worker(store, poll_s=0.05, lease_s=30, stop=stop))
+    await _until(lambda: log_lines(broken.CALLS))
+    await asyncio.sleep(0.3)
+    stop.set()
+    report = await asyncio.wait_for(working, 10)
+    assert (report.claimed, report.ended, report.failed) == (1, 0, 1)
+    assert len(log_lines(broken.CALLS)) == 1
+    state = await Ledger(store).state(task_id)
+    assert len(state.drivers) == 1
+    lease = await store.lease(task_id)
+    assert lease is not None
+    assert lease.live(pev.ledger.utc_now())  # held: no worker takes it again before it expires
+
+
+def test_pev_worker_restores_the_signal_handlers_it_replaced(tmp_path: Path) -> None:
+    """In-process, `pev worker` stops on SIGTERM and leaves the caller's handlers as they were."""
+    from click.testing import CliRunner
+
+    from pev.cli import cli
+
+    def mine(signum: int, frame: object) -> None:  # the caller's own handler
+        raise AssertionError("the worker's handler should have had this signal")
+
+    before_int = signal.getsignal(signal.SIGINT)
+    before_term = signal.signal(signal.SIGTERM, mine)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        done = CliRunner().invoke(
+            cli, ["--db", str(tmp_path / "ledger.db"), "worker", "--poll-s", "0.05"]
+        )
+        assert done.exit_code == 0, done.output
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGINT) is before_int
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, before_term)

@@ -525,7 +525,10 @@ def worker_command(db: str, concurrency: int, lease_s: float | None, poll_s: flo
     async def serve(ledger: Ledger) -> engine.WorkerReport:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        signals = (signal.SIGTERM, signal.SIGINT)
+        # remove_signal_handler resets to the default, not to what was there: restore that.
+        previous = {signum: signal.getsignal(signum) for signum in signals}
+        for signum in signals:
             loop.add_signal_handler(signum, stop.set)
         try:
             return await engine.worker(
@@ -537,8 +540,10 @@ def worker_command(db: str, concurrency: int, lease_s: float | None, poll_s: flo
                 experience=LessonBook(ledger.store),
             )
         finally:
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in signals:
                 loop.remove_signal_handler(signum)
+                if (earlier := previous[signum]) is not None:  # None: not set from Python
+                    signal.signal(signum, earlier)
 
     try:
         _run(db, serve)

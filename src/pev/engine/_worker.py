@@ -10,6 +10,7 @@ their terminal records, and releases its leases. See docs/workers.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -121,7 +122,8 @@ class WorkerReport:
         claimed: Tasks it claimed.
         ended: Claimed tasks that it drove to their end.
         drained: Claimed tasks it stopped driving when told to stop (left for another driver).
-        failed: Claimed tasks whose drive raised (logged; the task stays in its store).
+        failed: Claimed tasks whose drive raised (logged; the task stays in its store, its lease
+            held until it expires, so it is not claimed again at once).
     """
 
     owner: str
@@ -240,9 +242,10 @@ class _Shared:
         report = self.report
         try:
             state = await self._drive(task_id)
-        except PevError:
+        except Exception:  # any failure: a worker outlives the tasks it cannot drive
             report.failed += 1
             log.exception("task %s: driving it failed; it stays in the store", task_id)
+            await self._hold(task_id)
             return
         if state.terminal:
             report.ended += 1
@@ -256,6 +259,20 @@ class _Shared:
         else:
             report.drained += 1
             log.info("task %s left %s for another driver; lease released", task_id, state.phase)
+
+    async def _hold(self, task_id: str) -> None:
+        """Keep a failed task's lease until it expires, so no worker re-claims it at once.
+
+        A drive that took its lease released it when it raised; without this, the task would be
+        claimed again (and fail again) in a hot loop. A lease another driver holds is left.
+        """
+        with contextlib.suppress(PevError):
+            await self.store.acquire_lease(
+                task_id,
+                self.report.owner,
+                now=self.clock(),
+                lease_s=self.lease_s or DEFAULT_LEASE_S,
+            )
 
     async def _drive(self, task_id: str) -> TaskState:
         ledger = Ledger(self.store, clock=self.clock)
