@@ -40,6 +40,22 @@ class Card:
 
         return pev.tool(pay, effect="action")
 
+    def paying(
+        self, store: MemoryStore, *, lease_s: float = 30.0
+    ) -> asyncio.Task[pev.engine.RunResult]:
+        """A run of task ``bill`` that charges this card, started in the background."""
+        policy = pev.RecoveryPolicy(lease_s=lease_s)
+        return asyncio.create_task(
+            pev.run(
+                "pay",
+                planner=lambda r: PAY,
+                tools=[self.tool()],
+                store=store,
+                policy=policy,
+                task_id="bill",
+            )
+        )
+
 
 async def test_a_run_takes_the_lease_first_and_frees_it_at_the_end() -> None:
     """driver_started (epoch 1) is the run's first write; the lease is free once it ends."""
@@ -60,9 +76,7 @@ async def test_a_run_takes_the_lease_first_and_frees_it_at_the_end() -> None:
 async def test_resuming_a_live_task_is_refused_and_charges_nothing() -> None:
     """While a run is mid-charge, resume raises LeaseHeld naming it: no second charge."""
     store, card = MemoryStore(), Card()
-    run = asyncio.create_task(
-        pev.run("pay", planner=lambda r: PAY, tools=[card.tool()], store=store, task_id="bill")
-    )
+    run = card.paying(store)
     await asyncio.wait_for(card.charging.wait(), 5)
     events = len(await Ledger(store).entries("bill"))
 
@@ -79,17 +93,7 @@ async def test_resuming_a_live_task_is_refused_and_charges_nothing() -> None:
 async def test_a_driver_taken_over_stops_with_lease_lost_and_writes_nothing_more() -> None:
     """Another driver takes the lease over: the heartbeat notices, the run raises LeaseLost."""
     store, card = MemoryStore(), Card()
-    policy = pev.RecoveryPolicy(lease_s=0.3)
-    run = asyncio.create_task(
-        pev.run(
-            "pay",
-            planner=lambda r: PAY,
-            tools=[card.tool()],
-            store=store,
-            policy=policy,
-            task_id="bill",
-        )
-    )
+    run = card.paying(store, lease_s=0.3)
     await asyncio.wait_for(card.charging.wait(), 5)
     # As if this driver had been paused past its lease: another one takes the task over.
     later = utc_now() + timedelta(seconds=10)
@@ -220,16 +224,7 @@ async def test_a_callers_cancel_is_not_turned_into_lease_lost(
         await beat(self, both)
 
     monkeypatch.setattr(_tenure.Tenure, "beat", beat_and_cancel)
-    run = asyncio.create_task(
-        pev.run(
-            "pay",
-            planner=lambda r: PAY,
-            tools=[card.tool()],
-            store=store,
-            policy=pev.RecoveryPolicy(lease_s=0.3),
-            task_id="bill",
-        )
-    )
+    run = card.paying(store, lease_s=0.3)
     await asyncio.wait_for(card.charging.wait(), 5)
     await store.acquire_lease("bill", "other", now=utc_now() + timedelta(seconds=10), lease_s=60)
 

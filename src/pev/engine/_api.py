@@ -54,7 +54,7 @@ def default_contract(input: JsonValue, verifier: VerifierLike | None) -> Verific
     """
     if verifier is None:
         return VerificationContract(VerificationMode.OFF)
-    return VerificationContract(VerificationMode.RECOVERY, _text(input), (DEFAULT_CRITERION,))
+    return VerificationContract(VerificationMode.RECOVERY, input_text(input), (DEFAULT_CRITERION,))
 
 
 async def run(
@@ -130,7 +130,9 @@ async def run(
     agent, contract, policy = task.agent, task.contract, task.policy
     components = build_components(agent, policy=policy)
     # Chosen before the task exists: a store that cannot answer leaves no task behind.
-    advice = await _advice(lessons, experience, components, goal=contract.goal or _text(input))
+    advice = await advice_for(
+        lessons, experience, components, goal=contract.goal or input_text(input)
+    )
     ledger = Ledger(store or MemoryStore(), clock=clock or utc_now)
     await ledger.expire_overdue()
     state = await ledger.create(
@@ -140,7 +142,7 @@ async def run(
     await bus.emit(await ledger.entries(state.task_id), state)
     driver = Driver(ledger, state, components, rails=bus, clock=clock or utc_now, lessons=advice)
     result = await driver.drive()
-    await _learn(experience, driver.state)
+    await learn_from(experience, driver.state)
     return result
 
 
@@ -220,7 +222,7 @@ def _agent_of(
     )
 
 
-async def _advice(
+async def advice_for(
     lessons: Iterable[str], experience: LessonBook | None, components: Components, *, goal: str
 ) -> tuple[str, ...]:
     """The lessons given, then the experience's active lessons for these tools and goal."""
@@ -231,12 +233,12 @@ async def _advice(
     return tuple(dict.fromkeys((*given, *learned)))
 
 
-def _text(input: JsonValue) -> str:  # noqa: A002
+def input_text(input: JsonValue) -> str:  # noqa: A002
     """The input as text: a string as it is, anything else as canonical JSON."""
     return input if isinstance(input, str) else canonical_json(input)
 
 
-async def _learn(experience: LessonBook | None, state: TaskState) -> None:
+async def learn_from(experience: LessonBook | None, state: TaskState) -> None:
     """Record an ended task in ``experience``; the task's result never depends on it."""
     if experience is None or not state.terminal:
         return
@@ -305,7 +307,7 @@ async def resume(
     state = await ledger.state(task_id)
     if state.terminal:
         # Recorded again (a no-op when it was): a crash may have come between end and record.
-        await _learn(experience, state)
+        await learn_from(experience, state)
         return RunResult.from_state(state)
     parts = {
         "planner": planner,
@@ -315,21 +317,55 @@ async def resume(
         "observer": observer,
     }
     agent = _agent_of(agent, parts, recorded=state.created.components)
+    driver = await driver_for(
+        ledger,
+        state,
+        agent,
+        rails=rails,
+        clock=clock or utc_now,
+        lessons=lessons,
+        experience=experience,
+    )
+    result = await driver.drive()
+    await learn_from(experience, driver.state)
+    return result
+
+
+async def driver_for(
+    ledger: Ledger,
+    state: TaskState,
+    agent: Agent,
+    *,
+    rails: Iterable[RailLike],
+    clock: Callable[[], datetime],
+    lessons: Iterable[str] = (),
+    experience: LessonBook | None = None,
+    owner: str | None = None,
+    lease_s: float | None = None,
+    drain: asyncio.Event | None = None,
+) -> Driver:
+    """A driver for a task that exists: ``agent`` checked against its contract, advice chosen.
+
+    What ``resume`` and workers share; the driver takes the task's lease when it drives.
+
+    Raises:
+        ContractError: The task's contract calls a verifier the agent does not have.
+    """
     check_verifier(state.contract, agent.verifier)
     components = build_components(agent, policy=state.policy)
-    goal = state.contract.goal or _text(state.created.input)
-    advice = await _advice(lessons, experience, components, goal=goal)
-    driver = Driver(
+    goal = state.contract.goal or input_text(state.created.input)
+    advice = await advice_for(lessons, experience, components, goal=goal)
+    return Driver(
         ledger,
         state,
         components,
         rails=RailBus((*agent.rails, *rails)),
-        clock=clock or utc_now,
+        clock=clock,
         lessons=advice,
+        owner=owner,
+        lease_s=lease_s,
+        drain=drain,
     )
-    result = await driver.drive()
-    await _learn(experience, driver.state)
-    return result
 
 
 async def cancel(task_id: str, *, store: Store, reason: str = "") -> TaskState:

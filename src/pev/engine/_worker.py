@@ -23,18 +23,16 @@ from pev.engine._agent import (
     PlannerLike,
     ToolsLike,
     VerifierLike,
-    check_verifier,
 )
-from pev.engine._api import _advice, _learn, _text, new_task_of
-from pev.engine._components import agent_paths, build_components, rebuild
-from pev.engine._driver import Driver
+from pev.engine._api import driver_for, learn_from, new_task_of
+from pev.engine._components import agent_paths, rebuild
 from pev.engine._tenure import new_owner
 from pev.errors import ComponentError, PevError
 from pev.experience import LessonBook
 from pev.ledger import Lease, Ledger, Store, TaskState, utc_now
 from pev.model import JsonValue, VerificationContract
 from pev.policy import RecoveryPolicy
-from pev.rails import RailBus, RailLike
+from pev.rails import RailLike
 
 __all__ = ["WorkerReport", "submit", "worker"]
 
@@ -279,22 +277,17 @@ class _Shared:
         state = await ledger.state(task_id)
         if state.terminal:
             return state
-        agent = self.agent or rebuild(state.created.components, {})
-        check_verifier(state.contract, agent.verifier)
-        components = build_components(agent, policy=state.policy)
-        goal = state.contract.goal or _text(state.created.input)
-        advice = await _advice((), self.experience, components, goal=goal)
-        driver = Driver(
+        driver = await driver_for(
             ledger,
             state,
-            components,
-            rails=RailBus((*agent.rails, *self.rails)),
+            self.agent or rebuild(state.created.components, {}),
+            rails=self.rails,
             clock=self.clock,
-            lessons=advice,
+            experience=self.experience,
             owner=self.report.owner,
             lease_s=self.lease_s,
             drain=self.drain,
         )
         final = await driver.steps()
-        await _learn(self.experience, final)
+        await learn_from(self.experience, final)
         return final

@@ -106,15 +106,7 @@ class Database:
         return self._schema
 
     async def upgrade(self) -> tuple[int, int]:
-        """Bring the schema to this pev's version, in one transaction; ``(before, after)``.
-
-        Applies each missing migration in order, under the schema's advisory lock, so two
-        upgraders take turns (the second finds nothing left to do). An empty schema is created.
-
-        Raises:
-            SchemaVersionError: The schema is newer than this pev.
-            StoreError: The schema is not pev's, or the server cannot be reached.
-        """
+        """See :meth:`pev.stores.PostgresStore.upgrade`."""
         self.check_open()
 
         async def work(cur: Cursor) -> tuple[int, int]:
