@@ -130,8 +130,8 @@ def _pev(folder: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def _task_ids(folder: Path) -> list[str]:
-    with sqlite3.connect(folder / "ledger.db") as conn:
+def _task_ids(folder: Path, name: str = "ledger.db") -> list[str]:
+    with sqlite3.connect(folder / name) as conn:
         return [row[0] for row in conn.execute("SELECT task_id FROM pev_tasks")]
 
 
@@ -210,6 +210,8 @@ MINI_CONTRACT = "[contract]\ngoal = 'g'\n"
 
 BAD_FILES = [
     pytest.param("input = 'x'\ninput = 'y'\n", "line 2", id="toml-syntax"),
+    pytest.param(f"{X}store = 5\n{COMPONENTS}", "store", id="store-not-text"),
+    pytest.param(f"{X}store = ''\n{COMPONENTS}", "store", id="store-empty"),
     pytest.param(f"{X}contrat = 1\n{COMPONENTS}", "contrat", id="unknown-top-key"),
     pytest.param(
         f"{X}[policy]\nmax_replan = 1\n{COMPONENTS}", "policy.max_replan", id="unknown-key"
@@ -477,6 +479,38 @@ def test_a_task_file_names_an_agent_whole(workdir: Path) -> None:
             await store.close()
 
     assert asyncio.run(components()) == {"agent": "agent:forecaster"}
+
+
+def test_a_task_file_names_its_store_and_the_command_line_overrides_it(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``store = "tasks.db"`` (from the file's folder) is where run and submit write, unless
+    --db or PEV_DB names another; a store that cannot be opened names the file's field."""
+    path = _task_file(workdir, f'store = "tasks.db"\n{PASSING}')
+    (workdir / "elsewhere").mkdir()
+    monkeypatch.chdir(workdir / "elsewhere")
+    monkeypatch.delenv("PEV_DB", raising=False)
+    runner = CliRunner()
+    ran = runner.invoke(cli, ["run", "-q", "--task-id", "from-file", str(path)])
+    assert ran.exit_code == 0, ran.output
+    submitted = runner.invoke(cli, ["submit", "--task-id", "queued", str(path)])
+    assert (submitted.exit_code, submitted.output) == (0, "queued\n")
+    assert sorted(_task_ids(workdir, "tasks.db")) == ["from-file", "queued"]
+
+    overridden = runner.invoke(cli, ["--db", "flag.db", "run", "-q", "--task-id", "f", str(path)])
+    assert overridden.exit_code == 0, overridden.output
+    assert _task_ids(workdir / "elsewhere", "flag.db") == ["f"]
+    monkeypatch.setenv("PEV_DB", str(workdir / "env.db"))
+    from_env = runner.invoke(cli, ["submit", "--task-id", "e", str(path)])
+    assert from_env.exit_code == 0, from_env.output
+    assert _task_ids(workdir, "env.db") == ["e"]
+
+    monkeypatch.delenv("PEV_DB")
+    bad = _task_file(workdir, f'store = "mysql://db/ledgers"\n{PASSING}', name="bad.toml")
+    refused = runner.invoke(cli, ["submit", str(bad)])
+    assert refused.exit_code == 2
+    assert f"{bad}: store: mysql:// is not a store pev can open" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1
 
 
 def test_resume_of_a_live_task_is_a_one_line_refusal(workdir: Path) -> None:

@@ -167,6 +167,68 @@ async def _ended(store: pev.Store, task_id: str, *, seconds: float = 10) -> pev.
     return state
 
 
+@pytest.mark.parametrize("store", ["memory", "postgres"], indirect=True)
+async def test_a_woken_worker_takes_a_new_task_without_waiting_for_its_poll(
+    shop: ModuleType, store: pev.Store
+) -> None:
+    """On a store with wake-ups, a worker that looks only every minute still takes a task
+    submitted (by another connection, on PostgreSQL) at once. (SQLite's workers poll: see
+    test_an_idle_worker_polls_backing_off.)"""
+    assert isinstance(store, pev.ledger.Wakeups)
+    stop = asyncio.Event()
+    working = asyncio.create_task(pev.worker(store, poll_s=60, stop=stop))
+    await asyncio.sleep(0.2)  # idle: it looked, found nothing, and waits on the store
+    submitter = store if isinstance(store, MemoryStore) else postgres.same_schema(store)
+    try:
+        task_id = await pev.submit("lamp", agent=shop.shop, store=submitter)
+        state = await _ended(store, task_id, seconds=20)  # far less than the 60 s poll
+    finally:
+        stop.set()
+        if submitter is not store:
+            await submitter.close()
+    assert (await asyncio.wait_for(working, 10)).ended == 1
+    assert state.finished is not None
+    assert state.finished.status == "succeeded"
+
+
+async def test_tasks_run_in_process_are_never_claimed_by_a_worker_beside(
+    shop: ModuleType, store: pev.Store
+) -> None:
+    """``pev.run`` writes its task with its lease: an idle worker on the same store, looking
+    all the time, never takes one from under it (it used to, between create and lease)."""
+    stop = asyncio.Event()
+    working = asyncio.create_task(pev.worker(store, poll_s=0.01, stop=stop))
+    try:
+        results = await asyncio.gather(
+            *(pev.run(f"item {n}", agent=shop.shop, store=store) for n in range(20))
+        )
+    finally:
+        stop.set()
+    assert (await asyncio.wait_for(working, 10)).claimed == 0
+    assert [r.status for r in results] == ["succeeded"] * 20
+    assert len(sales(shop)) == 20
+
+
+async def test_an_idle_worker_polls_backing_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without wake-ups, an idle worker looks again after 50 ms, then twice as long each time
+    it finds nothing, up to poll_s; a look that finds tasks starts it over."""
+    from pev.engine import _worker
+
+    waits: list[float] = []
+
+    async def wait(futures: object, *, timeout: float, return_when: str) -> None:
+        waits.append(timeout)
+
+    monkeypatch.setattr(_worker.asyncio, "wait", wait)
+    idle = _worker._Idle(0.5, None)
+    for _ in range(6):
+        await idle.wait(set(), looking=True)
+    idle.reset()
+    await idle.wait(set(), looking=True)
+    await idle.wait(set(), looking=False)  # every slot busy: it waits for a drive, or poll_s
+    assert waits == [0.05, 0.1, 0.2, 0.4, 0.5, 0.5, 0.05, 0.5]
+
+
 async def test_submit_refuses_an_agent_no_worker_could_rebuild(store: pev.Store) -> None:
     """A lambda planner has no import path: ComponentError naming it, and no task written."""
     plan = Plan("p", (PlanNode("a", "a", tool="t"),))

@@ -386,3 +386,17 @@ def ledger(store: Store, clock: FakeClock) -> Ledger:
 def tasks(ledger: Ledger, clock: FakeClock) -> TaskFactory:
     """Builds tasks in a chosen phase through ``ledger``."""
     return TaskFactory(ledger, clock)
+
+
+@pytest.fixture
+async def other(store: Store) -> AsyncIterator[Store]:
+    """A second store over the same ledgers (for memory, the same store)."""
+    if isinstance(store, MemoryStore):
+        yield store
+        return
+    if isinstance(store, SQLiteStore):
+        second: Store = SQLiteStore(store.location)
+    else:
+        second = postgres.same_schema(store, max_size=4)
+    yield second
+    await second.close()  # a plain PostgresStore leaves the schema to ``store`` to drop

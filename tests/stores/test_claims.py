@@ -8,16 +8,16 @@ of up to ``limit`` of them in one transaction, under the rules of ``pev.ledger.a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import pytest
-from tests.support import postgres
 from tests.support.builders import T0
 
-from pev.ledger import Lease, Store
-from pev.stores import MemoryStore, SQLiteStore
+from pev.errors import LeaseLost
+from pev.ledger import GENESIS_HASH, Lease, Store, apply, new_task, seal, summarize
+from pev.model import TaskId
+from pev.policy import RecoveryPolicy
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
     from conftest import TaskFactory
@@ -92,6 +92,36 @@ async def test_a_released_lease_is_claimable_at_once(store: Store, tasks: TaskFa
     assert (taken.owner, taken.epoch) == ("b", 2)
 
 
+async def test_a_task_created_under_a_lease_is_never_claimable_while_it_lives(
+    store: Store, tasks: TaskFactory
+) -> None:
+    """``pev.run`` writes its task with its lease: the store holds it, a claim passes it by."""
+    lease = Lease(task_id=TaskId("t1"), owner="run", epoch=1, expires_at=LATER)
+    await tasks.ledger.create({"question": "t1"}, contract=tasks.contract, lease=lease)
+    assert await store.lease("t1") == lease
+    assert await store.claim("b", now=T0, lease_s=LEASE_S, limit=5) == ()
+    await tasks.ledger.append("t1", [tasks.revision()], fence=lease)  # its own fence holds
+    (taken,) = await store.claim("b", now=LATER, lease_s=LEASE_S, limit=5)
+    assert (taken.owner, taken.epoch) == ("b", 2)  # once it expired, like any other
+
+
+async def test_a_new_task_under_a_lease_that_is_not_a_first_one_is_refused(
+    store: Store, tasks: TaskFactory
+) -> None:
+    """A creating append fenced by an epoch above 1 fences nothing real: nothing is written."""
+    stale = Lease(task_id=TaskId("t1"), owner="run", epoch=2, expires_at=LATER)
+    created = new_task(
+        TaskId("t1"), input="x", contract=tasks.contract, policy=RecoveryPolicy(), now=T0
+    )
+    entries = seal(TaskId("t1"), (created,), after_seq=0, prev_hash=GENESIS_HASH, at=T0)
+    state = apply(None, created, at=T0)
+    assert state is not None
+    with pytest.raises(LeaseLost):
+        await store.append(entries, summarize(state, head_hash=entries[-1].hash), fence=stale)
+    assert await store.summary("t1") is None
+    assert await store.lease("t1") is None
+
+
 async def test_an_append_fenced_by_a_claimed_lease_is_written(
     store: Store, tasks: TaskFactory
 ) -> None:
@@ -100,20 +130,6 @@ async def test_an_append_fenced_by_a_claimed_lease_is_written(
     (lease,) = await store.claim("a", now=T0, lease_s=LEASE_S, limit=1)
     await tasks.ledger.append("t1", [tasks.revision()], fence=lease)
     assert len(await store.read("t1")) == 2
-
-
-@pytest.fixture
-async def other(store: Store) -> AsyncIterator[Store]:
-    """A second store over the same ledgers (for memory, the same store)."""
-    if isinstance(store, MemoryStore):
-        yield store
-        return
-    if isinstance(store, SQLiteStore):
-        second: Store = SQLiteStore(store.location)
-    else:
-        second = postgres.PostgresStore(postgres.URL, schema=store.schema, max_size=4)  # type: ignore[attr-defined]
-    yield second
-    await second.close()  # a plain PostgresStore leaves the schema to ``store`` to drop
 
 
 async def test_concurrent_claimers_get_disjoint_tasks(

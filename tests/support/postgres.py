@@ -101,3 +101,8 @@ def throwaway_store(**options: Any) -> Any:
     """A store in a fresh schema (skips without a server); dropped when closed."""
     require()
     return ThrowawayStore(**options)
+
+
+def same_schema(store: Any, **options: Any) -> Any:
+    """A second, plain store over ``store``'s schema (another process's view); it drops nothing."""
+    return PostgresStore(URL, schema=store.schema, **options)

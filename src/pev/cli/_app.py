@@ -19,6 +19,7 @@ from typing import NoReturn, TypeVar
 
 import click
 import platformdirs
+from click.core import ParameterSource
 from rich.console import Console
 from rich.text import Text
 
@@ -34,7 +35,7 @@ from pev.cli._render import (
     task_table,
     timeline,
 )
-from pev.cli._taskfile import TaskFileError, load_task_file
+from pev.cli._taskfile import TaskFile, TaskFileError, load_task_file
 from pev.engine import RunResult
 from pev.errors import (
     ComponentError,
@@ -88,12 +89,12 @@ def default_db() -> Path:
     return platformdirs.user_data_path("pev", appauthor=False) / "ledger.db"
 
 
-def _open(db: str) -> Store:
+def _open(db: str, *, named_by: str = "--db") -> Store:
     """The store ``db`` names; a bad name is one line (exit 2), a missing extra one line too."""
     try:
         return open_store(db)
     except UsageError as exc:
-        raise BadArgument(f"--db: {exc}") from exc
+        raise BadArgument(f"{named_by}: {exc}") from exc
     except ImportError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -103,11 +104,14 @@ def _where(store: Store) -> str:
     return str(getattr(store, "location", type(store).__name__))
 
 
-def _run(db: str, work: Callable[[Ledger], Awaitable[T]]) -> T:
-    """Open the ledger ``db`` names, run ``work`` on it, close it; pev errors become one line."""
+def _run(db: str, work: Callable[[Ledger], Awaitable[T]], *, named_by: str = "--db") -> T:
+    """Open the ledger ``db`` names, run ``work`` on it, close it; pev errors become one line.
+
+    ``named_by`` says where ``db`` came from, for the message of a name that cannot be opened.
+    """
 
     async def session() -> T:
-        store = _open(db)
+        store = _open(db, named_by=named_by)
         try:
             return await work(Ledger(store))
         finally:
@@ -119,6 +123,17 @@ def _run(db: str, work: Callable[[Ledger], Awaitable[T]]) -> T:
         raise BadArgument(str(exc)) from exc
     except PevError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _task_db(db: str, spec: TaskFile) -> tuple[str, str]:
+    """Where a task file's task is written, and what named it (for messages).
+
+    ``--db`` or ``PEV_DB`` when given, else the task file's ``store``, else the default ledger.
+    """
+    source = click.get_current_context().find_root().get_parameter_source("db")
+    if spec.store is not None and source in (None, ParameterSource.DEFAULT):
+        return spec.store, f"{spec.path}: store"
+    return db, "--db"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -443,7 +458,12 @@ def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> N
             _fail(str(TaskFileError(field, str(exc), path=task_file)))
         return await ledger.state(result.task_id)
 
-    _ended(console, _interruptible(new_id, lambda: _run(db, drive)), progress=progress)
+    where, named_by = _task_db(db, spec)
+    _ended(
+        console,
+        _interruptible(new_id, lambda: _run(where, drive, named_by=named_by)),
+        progress=progress,
+    )
 
 
 @cli.command("submit")
@@ -476,7 +496,8 @@ def submit_command(db: str, task_file: Path, task_id: str | None) -> None:
         except ComponentError as exc:
             _fail(str(TaskFileError(f"components.{exc.role}", str(exc), path=task_file)))
 
-    click.echo(_run(db, write))
+    where, named_by = _task_db(db, spec)
+    click.echo(_run(where, write, named_by=named_by))
 
 
 @cli.command("worker")

@@ -29,11 +29,12 @@ from pev.engine import Agent, ToolRegistry
 from pev.errors import ComponentError, ContractError, UsageError
 from pev.model import JsonValue, VerificationContract, VerificationMode, freeze_json
 from pev.policy import RecoveryPolicy
+from pev.stores._open import is_url
 
 __all__ = ["TaskFile", "TaskFileError", "load_task_file"]
 
 # The keys a task file may hold, table by table; anything else is a typo to point out.
-_TOP_LEVEL = ("input", "contract", "policy", "components")
+_TOP_LEVEL = ("input", "store", "contract", "policy", "components")
 _CONTRACT = ("mode", "goal", "success_criteria", "constraints", "required_evidence")
 _POLICY = tuple(f.name for f in dataclasses.fields(RecoveryPolicy))
 _COMPONENTS = ("agent", "planner", "tools", "executor", "verifier", "observer")
@@ -88,6 +89,8 @@ class TaskFile:
         policy: The recovery policy: the file's, else the agent's, else the defaults.
         agent: The agent: the one the file names, or one built from the parts it names.
         components: Role → the import path the file gives (``tools`` joined by commas).
+        store: The store the file names for its task (a ``postgresql://`` URL, or an SQLite
+            file's path, relative ones taken from the file's folder), or ``None``.
     """
 
     path: Path
@@ -96,6 +99,7 @@ class TaskFile:
     policy: RecoveryPolicy
     agent: Agent
     components: Mapping[str, str]
+    store: str | None = None
 
     @property
     def tools(self) -> ToolRegistry | None:
@@ -143,6 +147,7 @@ def _load(path: Path) -> TaskFile:
         raise TaskFileError(
             "input", f"{problem}; use text, numbers, booleans, arrays and tables (quote dates)"
         ) from None
+    store = _store(document.get("store"), path)
     contract = _contract(document.get("contract"))
     policy = _policy(document.get("policy"))
     paths = _component_paths(document.get("components"), contract)
@@ -157,7 +162,24 @@ def _load(path: Path) -> TaskFile:
         components=MappingProxyType(
             {role: ",".join(t) if isinstance(t, tuple) else t for role, t in paths.items()}
         ),
+        store=store,
     )
+
+
+def _store(value: object, path: Path) -> str | None:
+    """The store a task file names: a URL as written, a relative file path from its folder."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        what = "empty" if isinstance(value, str) else _kind(value)
+        raise TaskFileError(
+            "store",
+            f"is {what}; name the ledger as a string: a postgresql:// URL or the path of an "
+            "SQLite file",
+        )
+    if is_url(value):
+        return value
+    return str(path.parent / Path(value).expanduser())
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -22,11 +22,13 @@ from pev.engine._agent import (
 from pev.engine._components import Components, agent_paths, build_components, rebuild
 from pev.engine._driver import Driver
 from pev.engine._result import RunResult
+from pev.engine._tenure import new_owner
 from pev.errors import ComponentError, StoreError, UsageError
 from pev.experience import LessonBook
-from pev.ledger import Ledger, Store, TaskState, utc_now
+from pev.ledger import Ledger, Store, TaskState, acquired, new_task_id, utc_now
 from pev.model import (
     JsonValue,
+    TaskId,
     VerificationContract,
     VerificationMode,
     canonical_json,
@@ -133,14 +135,23 @@ async def run(
     advice = await advice_for(
         lessons, experience, components, goal=contract.goal or input_text(input)
     )
-    ledger = Ledger(store or MemoryStore(), clock=clock or utc_now)
+    clock = clock or utc_now
+    ledger = Ledger(store or MemoryStore(), clock=clock)
     await ledger.expire_overdue()
+    # The task is written with its driver's lease: no worker of the store can claim it first.
+    lease = acquired(
+        None,
+        TaskId(task_id) if task_id is not None else new_task_id(),
+        new_owner(),
+        now=clock(),
+        lease_s=policy.lease_s,
+    )
     state = await ledger.create(
-        input, contract=contract, policy=policy, components=agent_paths(agent), task_id=task_id
+        input, contract=contract, policy=policy, components=agent_paths(agent), lease=lease
     )
     bus = RailBus((*agent.rails, *rails))
     await bus.emit(await ledger.entries(state.task_id), state)
-    driver = Driver(ledger, state, components, rails=bus, clock=clock or utc_now, lessons=advice)
+    driver = Driver(ledger, state, components, rails=bus, clock=clock, lessons=advice, lease=lease)
     result = await driver.drive()
     await learn_from(experience, driver.state)
     return result

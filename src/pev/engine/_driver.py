@@ -29,12 +29,13 @@ from pev.engine._protocols import NodeContext
 from pev.engine._result import RunResult
 from pev.engine._round import Round
 from pev.engine._settle import Settler
-from pev.engine._tenure import Tenure, new_owner
+from pev.engine._tenure import Tenure, cancel_requested, new_owner
 from pev.engine._threads import run_threads
 from pev.engine._verify_step import VerifyStep
 from pev.errors import ConflictError, PevError, StateError
 from pev.ledger import (
     Event,
+    Lease,
     Ledger,
     RoundExecuted,
     TaskPhase,
@@ -80,6 +81,7 @@ class Driver:
         lessons: tuple[str, ...] = (),
         owner: str | None = None,
         lease_s: float | None = None,
+        lease: Lease | None = None,
         drain: asyncio.Event | None = None,
     ) -> None:
         self._ledger = ledger
@@ -96,8 +98,9 @@ class Driver:
         self._tenure = Tenure(
             ledger,
             state.task_id,
-            owner=owner or new_owner(),
+            owner=lease.owner if lease is not None else owner or new_owner(),
             lease_s=lease_s if lease_s is not None else state.policy.lease_s,
+            lease=lease,
         )
         self.drain_signal = drain or asyncio.Event()
         cancel = self.cancel_signal
@@ -260,7 +263,7 @@ class Driver:
         """Notice a cancel written by another process; expire overdue tasks now and then."""
         watcher = Ledger(self._ledger.store, clock=self._clock)
         polls = 0
-        while True:
+        while not cancel_requested():
             await asyncio.sleep(self._poll_s)
             polls += 1
             try:

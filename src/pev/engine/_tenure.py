@@ -20,9 +20,21 @@ from collections.abc import Callable
 from pev.errors import LeaseLost, PevError
 from pev.ledger import DriverStarted, Lease, Ledger
 
-__all__ = ["Tenure", "new_owner"]
+__all__ = ["Tenure", "cancel_requested", "new_owner"]
 
 log = logging.getLogger("pev.engine")
+
+
+def cancel_requested() -> bool:
+    """Whether the running task was asked to cancel, even if the cancel never reached it.
+
+    On Python 3.11 ``asyncio.wait_for`` loses a cancel that lands as the awaited thing completes
+    (CPython gh-86296, fixed in 3.12), and psycopg_pool waits for a pooled connection that way.
+    A helper that runs until cancelled checks this as well, or a lost cancel leaves it running
+    for ever, and the drive that waits for it with it.
+    """
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def new_owner() -> str:
@@ -38,14 +50,25 @@ class Tenure:
         task_id: The task.
         owner: Who drives (see :func:`new_owner`).
         lease_s: How long a lease lasts unless renewed; it is renewed every third of that.
+        lease: A lease ``owner`` already holds (taken with the task, when ``run`` created it).
     """
 
-    def __init__(self, ledger: Ledger, task_id: str, *, owner: str, lease_s: float) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        task_id: str,
+        *,
+        owner: str,
+        lease_s: float,
+        lease: Lease | None = None,
+    ) -> None:
+        if lease is not None and (lease.task_id, lease.owner) != (task_id, owner):
+            raise ValueError(f"task {task_id}: the lease given is {owner}'s of another task")
         self._ledger = ledger
         self._task_id = task_id
         self.owner = owner
         self._lease_s = lease_s
-        self._lease: Lease | None = None
+        self._lease = lease
         self.lost = False
 
     @property
@@ -56,13 +79,16 @@ class Tenure:
         return self._lease
 
     async def take(self) -> DriverStarted:
-        """Take the lease; returns the ``driver_started`` event to write first under it.
+        """Take the lease, unless held already; the ``driver_started`` event to write first.
 
         Raises:
             LeaseHeld: Another live driver holds it.
             UnknownTaskError: No such task.
         """
-        self._lease = await self._ledger.acquire(self._task_id, self.owner, lease_s=self._lease_s)
+        if self._lease is None:
+            self._lease = await self._ledger.acquire(
+                self._task_id, self.owner, lease_s=self._lease_s
+            )
         return DriverStarted(
             owner=self.owner,
             epoch=self._lease.epoch,
@@ -76,7 +102,7 @@ class Tenure:
         A store that fails to answer is logged and tried again at the next beat: the lease is
         lost only when another driver has taken it (then this driver's writes are refused too).
         """
-        while True:
+        while not cancel_requested():
             await asyncio.sleep(self._lease_s / 3)
             try:
                 self._lease = await self._ledger.renew(self.lease, lease_s=self._lease_s)

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from pev.engine._agent import (
     Agent,
@@ -29,7 +30,7 @@ from pev.engine._components import agent_paths, rebuild
 from pev.engine._tenure import new_owner
 from pev.errors import ComponentError, PevError
 from pev.experience import LessonBook
-from pev.ledger import Lease, Ledger, Store, TaskState, utc_now
+from pev.ledger import Lease, Ledger, Store, TaskState, Wakeups, utc_now
 from pev.model import JsonValue, VerificationContract
 from pev.policy import RecoveryPolicy
 from pev.rails import RailLike
@@ -176,35 +177,33 @@ async def worker(
     drain = asyncio.Event()
     active: dict[str, asyncio.Task[None]] = {}
     shared = _Shared(store, agent, tuple(rails), experience, clock, report, lease_s, drain)
-    log.info("worker %s started (concurrency %d)", report.owner, concurrency)
     stopping = asyncio.ensure_future(stop.wait())
     try:
-        while not stop.is_set():
-            claimed: tuple[Lease, ...] = ()
-            room = concurrency - len(active)
-            if room > 0:
-                try:
-                    claimed = await store.claim(
-                        report.owner,
-                        now=clock(),
-                        lease_s=lease_s or DEFAULT_LEASE_S,
-                        limit=room,
+        async with _wakeups(store) as woken:
+            log.info(
+                "worker %s started (concurrency %d, %s)",
+                report.owner,
+                concurrency,
+                "woken by the store" if woken is not None else "polling",
+            )
+            idle = _Idle(poll_s, woken)
+            while not stop.is_set():
+                room = concurrency - len(active)
+                claimed = await shared.claim(room) if room > 0 else ()
+                for lease in claimed:
+                    report.claimed += 1
+                    log.info("claimed task %s (lease epoch %d)", lease.task_id, lease.epoch)
+                    active[lease.task_id] = asyncio.create_task(
+                        shared.drive(lease.task_id), name=f"pev-worker-{lease.task_id}"
                     )
-                except PevError:
-                    log.exception("worker %s: claiming tasks failed", report.owner)
-            for lease in claimed:
-                report.claimed += 1
-                log.info("claimed task %s (lease epoch %d)", lease.task_id, lease.epoch)
-                active[lease.task_id] = asyncio.create_task(
-                    shared.drive(lease.task_id), name=f"pev-worker-{lease.task_id}"
-                )
-            if claimed and len(active) < concurrency:
-                continue  # there may be more waiting
-            waiting = {stopping, *active.values()}
-            await asyncio.wait(waiting, timeout=poll_s, return_when=asyncio.FIRST_COMPLETED)
-            for task_id, task in list(active.items()):
-                if task.done():
-                    del active[task_id]
+                if claimed and len(active) < concurrency:
+                    idle.reset()
+                    continue  # there may be more waiting
+                busy: set[asyncio.Future[Any]] = {stopping, *active.values()}
+                await idle.wait(busy, looking=room > len(claimed))
+                for task_id, task in list(active.items()):
+                    if task.done():
+                        del active[task_id]
     finally:
         stopping.cancel()
         drain.set()
@@ -222,6 +221,57 @@ async def worker(
     return report
 
 
+# An idle worker of a store that cannot wake it polls, waiting this long at first, then twice
+# as long after each look that finds nothing, up to ``poll_s``.
+_FIRST_POLL_S = 0.05
+
+
+def _wakeups(store: Store) -> contextlib.AbstractAsyncContextManager[asyncio.Event | None]:
+    """The store's wake-up event while a worker runs, or ``None`` for a store to poll."""
+    if isinstance(store, Wakeups):
+        return store.wakeups()
+    return contextlib.nullcontext(None)
+
+
+class _Idle:
+    """How an idle worker waits before it looks for tasks again.
+
+    Woken by the store (PostgreSQL ``NOTIFY``), it waits up to ``poll_s`` (the longest a task
+    whose lease expired waits for a look); polling, it waits ``_FIRST_POLL_S`` at first and
+    twice as long after each look that finds nothing, up to ``poll_s``.
+    """
+
+    def __init__(self, poll_s: float, woken: asyncio.Event | None) -> None:
+        self._poll_s = poll_s
+        self._woken = woken
+        self._first = min(_FIRST_POLL_S, poll_s)
+        self._next = self._first
+
+    def reset(self) -> None:
+        """A look found tasks: poll soon again."""
+        self._next = self._first
+
+    async def wait(self, waiting: set[asyncio.Future[Any]], *, looking: bool) -> None:
+        """Until one of ``waiting`` is done, or (when ``looking`` for tasks) it is time to look.
+
+        Not looking (every slot busy), it waits for a drive to end or ``poll_s``.
+        """
+        woken, timeout = self._woken, self._poll_s
+        wake: asyncio.Task[bool] | None = None
+        if looking and woken is not None:
+            wake = asyncio.create_task(woken.wait())
+            waiting = {*waiting, wake}
+        elif looking:
+            timeout, self._next = self._next, min(self._next * 2, self._poll_s)
+        try:
+            await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if wake is not None:
+                wake.cancel()
+        if woken is not None:
+            woken.clear()  # before the next look: a signal during it sets it again
+
+
 @dataclass(slots=True)
 class _Shared:
     """What every task a worker drives shares: the store, the agent, rails, time, the drain."""
@@ -234,6 +284,19 @@ class _Shared:
     report: WorkerReport
     lease_s: float | None
     drain: asyncio.Event
+
+    async def claim(self, room: int) -> tuple[Lease, ...]:
+        """Take the leases of up to ``room`` runnable tasks; none when the store fails."""
+        try:
+            return await self.store.claim(
+                self.report.owner,
+                now=self.clock(),
+                lease_s=self.lease_s or DEFAULT_LEASE_S,
+                limit=room,
+            )
+        except PevError:
+            log.exception("worker %s: claiming tasks failed", self.report.owner)
+            return ()
 
     async def drive(self, task_id: str) -> None:
         """Drive one claimed task as resume would; its failures are logged, never raised."""

@@ -40,7 +40,7 @@ from pev.ledger._events import (
     Usage,
     VerdictRecorded,
 )
-from pev.ledger._lease import Lease, acquired, check_fence, released, renewed
+from pev.ledger._lease import Lease, acquired, check_fence, fenced, released, renewed
 from pev.ledger._ledger import (
     Ledger,
     new_task_id,
@@ -75,6 +75,7 @@ from pev.ledger._state import (
 )
 from pev.ledger._store import (
     Store,
+    Wakeups,
     check_batch,
 )
 from pev.ledger._summary import (
@@ -117,6 +118,7 @@ __all__ = [
     "TaskSummary",
     "Usage",
     "VerdictRecorded",
+    "Wakeups",
     "acquired",
     "apply",
     "begin_replan",
@@ -128,6 +130,7 @@ __all__ = [
     "event_text",
     "executed_ok",
     "expire",
+    "fenced",
     "finish",
     "known_refs",
     "lineage_records",

@@ -11,7 +11,10 @@ apply the rules below inside their own transactions, so the rules live here once
 * :func:`check_fence`: an append carrying a lease is refused unless that lease is the task's
   current one (same owner, same epoch), so a driver that was paused past its lease and taken
   over can write nothing more, and, since the pending record is written before a tool is called,
-  dispatch nothing more.
+  dispatch nothing more;
+* :func:`fenced`: the same check for any append, where an append that creates its task under a
+  lease takes that lease with the task, in the same transaction (``pev.run``: no worker can
+  claim the new task before its driver holds it).
 
 Nothing here reads a clock: ``now`` is an input (see docs/workers.md on clocks and ``lease_s``).
 """
@@ -24,7 +27,7 @@ from datetime import datetime, timedelta
 from pev.errors import LeaseHeld, LeaseLost
 from pev.model import TaskId
 
-__all__ = ["Lease", "acquired", "check_fence", "is_free", "released", "renewed"]
+__all__ = ["Lease", "acquired", "check_fence", "fenced", "is_free", "released", "renewed"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,3 +112,22 @@ def check_fence(current: Lease | None, fence: Lease) -> None:
     """
     if current is None or (current.owner, current.epoch) != (fence.owner, fence.epoch):
         raise LeaseLost(fence.task_id, owner=fence.owner, epoch=fence.epoch)
+
+
+def fenced(current: Lease | None, fence: Lease, *, new_task: bool) -> Lease | None:
+    """Check the fence of an append; the lease to store with it, if the append takes one.
+
+    An append that creates its task (``new_task``) under a fence takes that lease, epoch 1, as
+    the task's first: the task never exists without its driver's lease. Any other append must
+    carry the task's current lease (:func:`check_fence`).
+
+    Raises:
+        LeaseLost: The fence is not the task's current lease, or a new task's fence is not a
+            first lease.
+    """
+    if not new_task:
+        check_fence(current, fence)
+        return None
+    if current is not None or fence.epoch != 1:
+        raise LeaseLost(fence.task_id, owner=fence.owner, epoch=fence.epoch)
+    return fence

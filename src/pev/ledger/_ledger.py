@@ -99,6 +99,7 @@ class Ledger:
         policy: RecoveryPolicy | None = None,
         components: Mapping[str, str] | None = None,
         task_id: str | None = None,
+        lease: Lease | None = None,
     ) -> TaskState:
         """Create a task and write its ``task_created`` event.
 
@@ -107,11 +108,20 @@ class Ledger:
             contract: Its verification contract; by default verification is ``off``.
             policy: Its recovery policy.
             components: Import paths of its planner, executor, verifier and observer.
-            task_id: Its id; a fresh UUID by default.
+            task_id: Its id; a fresh UUID by default (the lease's task, when a lease is given).
+            lease: The first lease (epoch 1) of a driver about to drive the task: the store
+                takes it with the task, in the same transaction, so no worker claims the task
+                before that driver holds it.
 
         Raises:
             ConflictError: A task with that id already exists.
+            ValueError: The lease is of another task, or not a first lease.
         """
+        if lease is not None:
+            if task_id is None:
+                task_id = lease.task_id
+            if (lease.task_id, lease.epoch) != (task_id, 1):
+                raise ValueError(f"task {task_id}: a new task's lease is its own, epoch 1")
         created = new_task(
             TaskId(task_id) if task_id is not None else new_task_id(),
             input=input,
@@ -120,7 +130,7 @@ class Ledger:
             now=self._clock(),
             components=components,
         )
-        state, _ = await self._write(None, created.task_id, (created,))
+        state, _ = await self._write(None, created.task_id, (created,), fence=lease)
         return state
 
     async def state(self, task_id: str) -> TaskState:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -13,7 +15,7 @@ from pev.ledger._phases import TaskPhase
 from pev.ledger._summary import TaskSummary
 from pev.model import TaskId
 
-__all__ = ["Store", "check_batch"]
+__all__ = ["Store", "Wakeups", "check_batch"]
 
 
 @runtime_checkable
@@ -30,7 +32,8 @@ class Store(Protocol):
       :class:`~pev.errors.StoreError`;
     * an append that carries a lease (``fence``) is refused with
       :class:`~pev.errors.LeaseLost` unless that lease is the task's current one, checked in
-      the append's own transaction (:func:`~pev.ledger.check_fence`);
+      the append's own transaction; an append that creates its task under a lease takes that
+      lease with the task (:func:`~pev.ledger.fenced`);
     * what was written is read back unchanged, in sequence order;
     * leases follow :func:`~pev.ledger.acquired`, :func:`~pev.ledger.renewed` and
       :func:`~pev.ledger.released`, each applied in one transaction;
@@ -45,7 +48,8 @@ class Store(Protocol):
 
         Raises:
             ConflictError: Another writer already appended the first entry's sequence number.
-            LeaseLost: ``fence`` is given and is not the task's current lease.
+            LeaseLost: ``fence`` is given and is not the task's current lease (for a new task:
+                is not a first lease, epoch 1).
             StoreError: The entries are empty, mixed, not consecutive, or do not link to the head.
         """
         ...
@@ -119,6 +123,26 @@ class Store(Protocol):
 
     async def close(self) -> None:
         """Release connections and threads; the store is unusable afterwards."""
+        ...
+
+
+@runtime_checkable
+class Wakeups(Protocol):
+    """A store that tells idle workers when a task may have become runnable (optional).
+
+    Workers of a store without it look for tasks by polling, backing off while they find none
+    (docs/workers.md).
+    """
+
+    def wakeups(self) -> AbstractAsyncContextManager[asyncio.Event]:
+        """While entered, an event the store sets when a task may have become runnable.
+
+        It is set when a task is created without a lease (``pev.submit``) and when the lease of
+        a task that has not ended is released (a worker draining), by this process or, where
+        the store reaches them (PostgreSQL), by any other. A lease that simply expires sets
+        nothing: a worker still looks every ``poll_s``. The waiter clears the event before it
+        looks, so a signal that comes while it looks is not lost.
+        """
         ...
 
 

@@ -6,8 +6,10 @@ a plain term match, where the SQLite store uses FTS5.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Collection, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 
 from pev.errors import StoreError, UnknownTaskError
@@ -22,12 +24,13 @@ from pev.ledger import (
     TaskSummary,
     acquired,
     check_batch,
-    check_fence,
+    fenced,
     released,
     renewed,
 )
 from pev.ledger._lease import is_free
 from pev.model import TaskId
+from pev.stores._wakeups import Waiters
 
 __all__ = ["MemoryStore"]
 
@@ -49,6 +52,7 @@ class MemoryStore:
         self._support: dict[str, dict[str, None]] = {}  # lesson id -> task ids, in save order
         self._lessons: dict[str, Lesson] = {}
         self._leases: dict[str, Lease] = {}
+        self._waiters = Waiters()
         self._closed = False
 
     async def append(
@@ -58,12 +62,17 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             task_id = entries[0].task_id if entries else ""
-            if fence is not None:
-                check_fence(self._leases.get(task_id), fence)
             stored = self._entries.get(task_id, [])
             head_seq = stored[-1].seq if stored else 0
             head_hash = stored[-1].hash if stored else GENESIS_HASH
+            first = None
+            if fence is not None:
+                first = fenced(self._leases.get(task_id), fence, new_task=not stored)
             check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
+            if first is not None:
+                self._leases[task_id] = first
+            elif not stored:
+                self._waiters.signal()  # a task no driver holds: a worker may claim it
             # In place: reads hand out copies, and a checked batch cannot fail half-way.
             self._entries.setdefault(task_id, stored).extend(entries)
             self._summaries[task_id] = summary
@@ -121,6 +130,12 @@ class MemoryStore:
             freed = released(self._leases.get(lease.task_id), lease, now=now)
             if freed is not None:
                 self._leases[lease.task_id] = freed
+                if self._summaries[lease.task_id].phase not in TERMINAL_PHASES:
+                    self._waiters.signal()  # left unfinished: a worker may go on with it
+
+    def wakeups(self) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An event set when a task may have become runnable (see :class:`pev.ledger.Wakeups`)."""
+        return self._waiters.watch()
 
     async def lease(self, task_id: str) -> Lease | None:
         """The task's current lease, or ``None``."""

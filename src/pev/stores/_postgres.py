@@ -15,7 +15,9 @@ extra: ``pip install 'pev-agent[postgres]'``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 
 from pev import codec
@@ -39,7 +41,7 @@ from pev.ledger import (
     TaskSummary,
     acquired,
     check_batch,
-    check_fence,
+    fenced,
     released,
     renewed,
 )
@@ -90,6 +92,7 @@ _SELECT_CLAIMED = (
     "SELECT t.task_id, t.phase, l.owner, l.epoch, l.expires_at FROM {s}.pev_tasks t "
     "LEFT JOIN {s}.pev_leases l ON l.task_id = t.task_id WHERE t.task_id = ANY(%s)"
 )
+_ENDED = frozenset(str(phase) for phase in TERMINAL_PHASES)
 _SUMMARY = (
     "SELECT task_id, phase, status, reason, title, created_at, updated_at, event_count, "
     "head_hash, replan_deadline FROM {s}.pev_tasks"
@@ -119,6 +122,8 @@ class PostgresStore(PostgresLessons):
         self, url: str, *, schema: str = "pev", min_size: int = 1, max_size: int = 10
     ) -> None:
         super().__init__(Database(url, schema=schema, min_size=min_size, max_size=max_size))
+        # The channel its writers NOTIFY and its workers LISTEN on (a name is at most 63 bytes).
+        self._channel = f"pev:{self._db.schema}"[:63]
 
     @property
     def location(self) -> str:
@@ -191,8 +196,10 @@ class PostgresStore(PostgresLessons):
                 leases = cur.connection.cursor()
                 await leases.execute(self._db.sql(_SELECT_LEASE), (task_id,))
             head = await cur.fetchone()
+            first = None
             if fence is not None:
-                check_fence(_lease_from(task_id, await leases.fetchone()), fence)
+                current = _lease_from(task_id, await leases.fetchone())
+                first = fenced(current, fence, new_task=head is None)
             head_seq, head_hash = (int(head[0]), str(head[1])) if head else (0, GENESIS_HASH)
             check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
             # The other: the events, the index row and COMMIT (a taken seq fails it).
@@ -219,6 +226,10 @@ class PostgresStore(PostgresLessons):
                         summary.replan_deadline,
                     ),
                 )
+            if first is not None:
+                await self._keep_lease(cur, first)
+            elif head is None:
+                await self._wake(cur)  # a task no driver holds: a worker may claim it
 
         try:
             await self._db.write_pipelined(work)
@@ -252,7 +263,7 @@ class PostgresStore(PostgresLessons):
         """
         if limit <= 0:
             return ()
-        ended = sorted(str(phase) for phase in TERMINAL_PHASES)
+        ended = sorted(_ENDED)
 
         async def work(cur: Cursor) -> tuple[Lease, ...]:
             taken: list[Lease] = []
@@ -301,12 +312,27 @@ class PostgresStore(PostgresLessons):
         """Free the lease from ``now``, unless it was taken over."""
 
         async def work(cur: Cursor) -> None:
-            await self._lock_task(cur, lease.task_id)
+            task = await self._lock_task(cur, lease.task_id)
             freed = released(await self._lease_of(cur, lease.task_id), lease, now=now)
             if freed is not None:
                 await self._keep_lease(cur, freed)
+                if task is not None and str(task[2]) not in _ENDED:
+                    await self._wake(cur)  # left unfinished: a worker may go on with it
 
         await self._db.write(work)
+
+    def wakeups(self) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An event set when a task may have become runnable, by any process (``LISTEN``).
+
+        See :class:`pev.ledger.Wakeups`. The store's writers ``NOTIFY`` in the transaction that
+        makes a task runnable, so the signal comes once it is committed; the event is also set
+        whenever listening (re)starts, since signals may have been missed before.
+        """
+        return self._db.notifications(self._channel)
+
+    async def _wake(self, cur: Cursor) -> None:
+        """Signal the store's listeners when this transaction commits."""
+        await cur.execute("SELECT pg_notify(%s, '')", (self._channel,))
 
     async def lease(self, task_id: str) -> Lease | None:
         """The task's current lease, or ``None``."""

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 try:
     import psycopg
-    from psycopg import AsyncCursor
+    from psycopg import AsyncCursor, sql
     from psycopg.conninfo import conninfo_to_dict
     from psycopg.errors import UniqueViolation
     from psycopg.rows import TupleRow
@@ -34,11 +35,14 @@ from pev.stores import _postgres_schema as ddl
 __all__ = ["Cursor", "Database", "TupleRow", "UniqueViolation", "describe"]
 
 T = TypeVar("T")
+log = logging.getLogger("pev.stores")
 Cursor = AsyncCursor[TupleRow]
 
 # How long opening waits for the server before giving up (unless the URL sets connect_timeout).
 _CONNECT_TIMEOUT_S = 10
 _PORTS = re.compile(r"\d+(,\d*)*")
+# How long a listener that lost its connection waits before it connects again, at most.
+_RELISTEN_MAX_S = 30.0
 
 
 def describe(url: str, schema: str) -> str:
@@ -244,6 +248,50 @@ class Database:
             raise
         except psycopg.Error as exc:
             raise StoreError(f"a write to {self._location} failed: {_line(exc)}") from exc
+
+    @contextlib.asynccontextmanager
+    async def notifications(self, channel: str) -> AsyncIterator[asyncio.Event]:
+        """While the block runs, an event set on every notification on ``channel``.
+
+        A connection of its own, outside the pool, ``LISTEN``s; when it fails, the listener
+        logs it and connects again, backing off, and sets the event once it listens again
+        (notifications sent meanwhile are lost, so the waiter should look).
+
+        Raises:
+            StoreError: The database cannot be reached, or is not a pev schema of this version.
+        """
+        await self._ready()  # fail here, at once, as any other use of the store would
+        event = asyncio.Event()
+        listener = asyncio.create_task(self._listen(channel, event), name=f"pev-listen-{channel}")
+        try:
+            yield event
+        finally:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+
+    async def _listen(self, channel: str, event: asyncio.Event) -> None:
+        """Set ``event`` on each notification on ``channel``, reconnecting until cancelled."""
+        delay = 0.1
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self._url, **self._connect)
+                async with conn:
+                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    event.set()
+                    delay = 0.1
+                    async for _ in conn.notifies():
+                        event.set()
+            except psycopg.Error as exc:
+                log.warning(
+                    "listening for runnable tasks on %s failed (%s); trying again in %.1f s, "
+                    "polling meanwhile",
+                    self._location,
+                    _line(exc),
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _RELISTEN_MAX_S)
 
     async def query(self, template: str, params: Sequence[object]) -> list[TupleRow]:
         """The rows of one statement, run on a pooled connection."""

@@ -52,7 +52,7 @@ from pev.ledger import (
     TaskSummary,
     acquired,
     check_batch,
-    check_fence,
+    fenced,
     released,
     renewed,
 )
@@ -445,9 +445,10 @@ class SQLiteStore:
 
         def work(conn: sqlite3.Connection) -> None:
             task_id = entries[0].task_id if entries else ""
-            if fence is not None:
-                check_fence(_lease_of(conn, task_id), fence)
             head = conn.execute(_SELECT_HEAD, (task_id,)).fetchone()
+            first = None
+            if fence is not None:
+                first = fenced(_lease_of(conn, task_id), fence, new_task=head is None)
             head_seq, head_hash = (int(head[0]), str(head[1])) if head else (0, GENESIS_HASH)
             check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
             try:
@@ -463,6 +464,8 @@ class SQLiteStore:
                 conn.execute(_UPDATE_HEAD, (*_head_of(task_row), task_id))
             else:
                 conn.execute(_UPSERT_TASK, task_row)
+            if first is not None:
+                _keep_lease(conn, first)
 
         await self._run(lambda conn: self._transaction(conn, work))
 
