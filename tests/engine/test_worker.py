@@ -13,9 +13,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 import pytest
 from tests.support import postgres
@@ -28,6 +29,7 @@ from pev.model import Plan, PlanNode, RecordStatus
 from pev.stores import MemoryStore, SQLiteStore
 
 PEV = Path(sys.executable).with_name("pev")
+T = TypeVar("T")
 
 AGENT = '''
 """A shop whose tool appends each sale to a file, and can be held mid-sale."""
@@ -302,57 +304,120 @@ async def _wait_ended(db: Path, ids: list[str]) -> None:
         await store.close()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """What `pev worker --db` names: an SQLite file, or a PostgreSQL URL with its own schema."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "ledger.db")
+        return
+    postgres.require()
+    schema = postgres.fresh_schema()
+    try:
+        yield f"{postgres.URL}?schema={schema}"
+    finally:
+        postgres.drop_schema(schema)
+
+
+def _in_store(db: str, work: Callable[[pev.Store], Awaitable[T]]) -> T:
+    """Run ``work`` on the store ``db`` names, from this (synchronous) test."""
+
+    async def session() -> T:
+        store = pev.open_store(db)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(session())
+
+
+def _start_worker(db: str, folder: Path, name: str) -> subprocess.Popen[str]:
+    """A `pev worker` with a 1 s lease, the shop importable, its log in ``<name>.log``."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), *sys.path]))
+    command = [str(PEV), "--db", db, "worker", "--poll-s", "0.1", "--lease-s", "1"]
+    with (folder / f"{name}.log").open("w", encoding="utf-8") as log:
+        return subprocess.Popen(command, cwd=folder, env=env, stderr=log, text=True)
+
+
+def _log(folder: Path, name: str) -> str:
+    return (folder / f"{name}.log").read_text(encoding="utf-8")
+
+
+def _until_sold(shop: ModuleType, worker: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while not sales(shop):
+        assert worker.poll() is None, "the worker exited"
+        assert time.monotonic() < deadline, "the worker did not start the sale"
+        time.sleep(0.05)
+
+
 def test_a_killed_workers_task_is_taken_over_and_its_sale_never_resent(
-    shop: ModuleType, tmp_path: Path
+    shop: ModuleType, db: str, tmp_path: Path
 ) -> None:
     """SIGKILL a `pev worker` mid-sale; another takes the task once the lease expires.
 
     The sale's outcome is unknown (the tool has no reconcile), so the second worker settles it
     as unknown after the sale's own deadline and never sells again.
     """
-    db = tmp_path / "ledger.db"
     hold: Path = shop.HOLD
     hold.touch()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
-
-    async def submit_one() -> str:
-        store = SQLiteStore(db)
-        try:
-            return await pev.submit("vase", agent=shop.shop, store=store)
-        finally:
-            await store.close()
-
-    task_id = asyncio.run(submit_one())
-    command = [str(PEV), "--db", str(db), "worker", "--poll-s", "0.1", "--lease-s", "1"]
-    first = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    task_id = _in_store(db, lambda store: pev.submit("vase", agent=shop.shop, store=store))
+    first = _start_worker(db, tmp_path, "first")
     try:
-        deadline = time.monotonic() + 30
-        while not sales(shop):
-            assert first.poll() is None, first.communicate()[1]
-            assert time.monotonic() < deadline, "the first worker did not start the sale"
-            time.sleep(0.05)
+        _until_sold(shop, first)
     finally:
         first.kill()
-        first.communicate(timeout=30)
+        first.wait(timeout=30)
     hold.unlink()
-    second = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    second = _start_worker(db, tmp_path, "second")
     try:
-        state = asyncio.run(_wait_ended_one(db, task_id))
+        state = _in_store(db, lambda store: _ended(store, task_id, seconds=30))
     finally:
         second.send_signal(signal.SIGTERM)
-        _, err = second.communicate(timeout=30)
-    assert second.returncode == 0, err
+        second.wait(timeout=30)
+    assert second.returncode == 0, _log(tmp_path, "second")
     assert len(sales(shop)) == 1  # one sale, never re-sent
     assert [d.epoch for d in state.drivers] == [1, 2]
     assert [r.status for r in state.records.values()] == [RecordStatus.UNKNOWN]
 
 
-async def _wait_ended_one(db: Path, task_id: str) -> pev.TaskState:
-    store = SQLiteStore(db)
+def test_a_paused_worker_taken_over_writes_and_dispatches_nothing_more(
+    shop: ModuleType, db: str, tmp_path: Path
+) -> None:
+    """The zombie: SIGSTOP a `pev worker` mid-sale, past its lease; another worker takes the
+    task over and ends it; SIGCONT: the sale in the zombie's hands completes, but the store
+    refuses its next write (a stale epoch), so it records nothing and sells nothing more."""
+    hold: Path = shop.HOLD
+    hold.touch()
+    task_id = _in_store(db, lambda store: pev.submit("clock", agent=shop.shop, store=store))
+    zombie = _start_worker(db, tmp_path, "zombie")
+    second: subprocess.Popen[str] | None = None
     try:
-        return await _ended(store, task_id, seconds=30)
+        _until_sold(shop, zombie)
+        os.kill(zombie.pid, signal.SIGSTOP)
+        second = _start_worker(db, tmp_path, "second")
+        taken_over = _in_store(db, lambda store: _ended(store, task_id, seconds=30))
+        events = _in_store(db, lambda store: store.read(task_id))
+        hold.unlink()  # the zombie's sale returns as soon as it runs again
     finally:
-        await store.close()
+        os.kill(zombie.pid, signal.SIGCONT)
+    try:
+        deadline = time.monotonic() + 30
+        while "lost its lease" not in (log := _log(tmp_path, "zombie")):
+            assert time.monotonic() < deadline, f"the zombie never noticed: {log}"
+            time.sleep(0.05)
+    finally:
+        for worker in (zombie, second):
+            if worker is not None:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(timeout=30)
+    log = _log(tmp_path, "zombie")
+    assert zombie.returncode == 0, log  # the worker outlives the drive it lost
+    assert "1 claimed, 0 ended, 0 drained, 1 failed" in log
+    assert _in_store(db, lambda store: store.read(task_id)) == events  # not one event more
+    assert len(sales(shop)) == 1
+    assert [d.epoch for d in taken_over.drivers] == [1, 2]
+    assert [r.status for r in taken_over.records.values()] == [RecordStatus.UNKNOWN]
 
 
 BROKEN = '''
