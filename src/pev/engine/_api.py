@@ -354,10 +354,12 @@ async def driver_for(
     owner: str | None = None,
     lease_s: float | None = None,
     drain: asyncio.Event | None = None,
+    hold_on_error: bool = False,
 ) -> Driver:
     """A driver for a task that exists: ``agent`` checked against its contract, advice chosen.
 
-    What ``resume`` and workers share; the driver takes the task's lease when it drives.
+    What ``resume`` and workers share; the driver takes the task's lease when it drives (and,
+    with ``hold_on_error``, keeps it until it expires if the drive raises).
 
     Raises:
         ContractError: The task's contract calls a verifier the agent does not have.
@@ -376,6 +378,7 @@ async def driver_for(
         owner=owner,
         lease_s=lease_s,
         drain=drain,
+        hold_on_error=hold_on_error,
     )
 
 

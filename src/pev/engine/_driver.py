@@ -83,6 +83,7 @@ class Driver:
         lease_s: float | None = None,
         lease: Lease | None = None,
         drain: asyncio.Event | None = None,
+        hold_on_error: bool = False,
     ) -> None:
         self._ledger = ledger
         self._task_id = state.task_id
@@ -103,6 +104,7 @@ class Driver:
             lease=lease,
         )
         self.drain_signal = drain or asyncio.Event()
+        self._hold_on_error = hold_on_error
         cancel = self.cancel_signal
         self._planning = PlanStep(
             self, components.plan, cancel=cancel, tools=components.tools, lessons=lessons
@@ -134,7 +136,9 @@ class Driver:
 
         Once :attr:`drain_signal` is set, the driver dispatches nothing new, lets running nodes
         reach their terminal records, finishes the step it is in, and stops; the task stays in
-        its phase for another driver, and the lease is released.
+        its phase for another driver, and the lease is released. A drive that raises releases
+        the lease too, unless the driver was made with ``hold_on_error`` (a worker's): then the
+        lease is left to expire, so that no worker takes the task straight back.
 
         Raises:
             LeaseHeld: Another live driver holds the task (nothing was written).
@@ -153,6 +157,7 @@ class Driver:
                     name=f"pev-lease-{self._task_id}",
                 ),
             ]
+            held = False
             try:
                 await self.write([started])
                 await self._settler.unfinished()
@@ -165,11 +170,15 @@ class Driver:
                 if main.uncancel() > 0:
                     raise
                 raise tenure.lost_error() from None
+            except Exception:
+                held = self._hold_on_error
+                raise
             finally:
                 for helper in helpers:
                     helper.cancel()
                 await asyncio.gather(*helpers, return_exceptions=True)
-                await tenure.release()
+                if not held:
+                    await tenure.release()
         return self.state
 
     async def _loop(self) -> None:

@@ -304,9 +304,15 @@ class _Shared:
         try:
             state = await self._drive(task_id)
         except Exception:  # any failure: a worker outlives the tasks it cannot drive
+            # The lease stays taken until it expires (the driver holds it on an error; a task
+            # that failed before its driver took it keeps the claim's), so that no worker
+            # claims the task straight back, to fail again in a hot loop.
             report.failed += 1
-            log.exception("task %s: driving it failed; it stays in the store", task_id)
-            await self._hold(task_id)
+            log.exception(
+                "task %s: driving it failed; it stays in the store, its lease held until it "
+                "expires",
+                task_id,
+            )
             return
         if state.terminal:
             report.ended += 1
@@ -320,20 +326,6 @@ class _Shared:
         else:
             report.drained += 1
             log.info("task %s left %s for another driver; lease released", task_id, state.phase)
-
-    async def _hold(self, task_id: str) -> None:
-        """Keep a failed task's lease until it expires, so no worker re-claims it at once.
-
-        A drive that took its lease released it when it raised; without this, the task would be
-        claimed again (and fail again) in a hot loop. A lease another driver holds is left.
-        """
-        with contextlib.suppress(PevError):
-            await self.store.acquire_lease(
-                task_id,
-                self.report.owner,
-                now=self.clock(),
-                lease_s=self.lease_s or DEFAULT_LEASE_S,
-            )
 
     async def _drive(self, task_id: str) -> TaskState:
         ledger = Ledger(self.store, clock=self.clock)
@@ -350,6 +342,7 @@ class _Shared:
             owner=self.report.owner,
             lease_s=self.lease_s,
             drain=self.drain,
+            hold_on_error=True,
         )
         final = await driver.steps()
         await learn_from(self.experience, final)

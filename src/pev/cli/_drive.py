@@ -1,0 +1,281 @@
+"""The `pev` commands that drive tasks: run, submit, worker, resume, cancel.
+
+``pev run`` drives a task file's task here and now; ``pev submit`` writes one for ``pev worker``
+processes, which claim and drive tasks until told to stop (docs/workers.md); ``pev resume``
+continues a task a crash or a drain left behind, ``pev cancel`` stops one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from pev import engine
+from pev.cli._common import (
+    ended,
+    fail,
+    interruptible,
+    on_ledger,
+    resolve_task_id,
+    task_db,
+)
+from pev.cli._progress import ConsoleRail
+from pev.cli._render import STATUS_STYLE, task_heading
+from pev.cli._taskfile import TaskFileError, load_task_file
+from pev.errors import ComponentError, ContractError, LeaseHeld
+from pev.experience import LessonBook
+from pev.ledger import Ledger, TaskState, new_task_id
+
+__all__ = ["cancel_command", "resume_command", "run_command", "submit_command", "worker_command"]
+
+
+@click.command("run")
+@click.argument("task_file", metavar="TASKFILE", type=click.Path(path_type=Path))
+@click.option("--task-id", help="The new task's id. [default: a fresh UUID]")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the result line.")
+@click.pass_obj
+def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> None:
+    """Run a task file; exit with the task's status.
+
+    TASKFILE describes one task in TOML (see docs/cli.md). Prints each phase of the loop as it
+    happens, then the task's timeline and a result line. Exit codes: 0 succeeded, 1 failed,
+    2 a bad task file, 3 partial, 4 cancelled.
+    """
+    try:
+        spec = load_task_file(task_file)
+    except TaskFileError as exc:
+        fail(str(exc))
+    console = Console()
+    progress = None if quiet else ConsoleRail(console)
+    rails = (progress,) if progress is not None else ()
+    new_id = task_id or new_task_id()
+
+    async def drive(ledger: Ledger) -> TaskState:
+        if await ledger.store.summary(new_id) is not None:
+            fail(f"--task-id: a task with id {new_id!r} exists already; choose another id")
+        try:
+            result = await engine.run(
+                spec.input,
+                agent=spec.agent,
+                contract=spec.contract,
+                policy=spec.policy,
+                store=ledger.store,
+                rails=rails,
+                task_id=new_id,
+                experience=LessonBook(ledger.store),
+            )
+        except (ComponentError, ContractError) as exc:
+            field = (
+                f"components.{exc.role}"
+                if isinstance(exc, ComponentError)
+                else f"contract.{exc.field}"
+            )
+            fail(str(TaskFileError(field, str(exc), path=task_file)))
+        return await ledger.state(result.task_id)
+
+    where, named_by = task_db(db, spec)
+    ended(
+        console,
+        interruptible(new_id, lambda: on_ledger(where, drive, named_by=named_by)),
+        progress=progress,
+    )
+
+
+@click.command("submit")
+@click.argument("task_file", metavar="TASKFILE", type=click.Path(path_type=Path))
+@click.option("--task-id", help="The new task's id. [default: a fresh UUID]")
+@click.pass_obj
+def submit_command(db: str, task_file: Path, task_id: str | None) -> None:
+    """Write a task file's task for a worker to run; print its id (nothing runs here).
+
+    TASKFILE is the same TOML `pev run` reads (see docs/cli.md). Its components must be
+    importable by the workers (module-level names; the task file's folder on their Python path).
+    """
+    try:
+        spec = load_task_file(task_file)
+    except TaskFileError as exc:
+        fail(str(exc))
+
+    async def write(ledger: Ledger) -> str:
+        if task_id is not None and await ledger.store.summary(task_id) is not None:
+            fail(f"--task-id: a task with id {task_id!r} exists already; choose another id")
+        try:
+            return await engine.submit(
+                spec.input,
+                agent=spec.agent,
+                contract=spec.contract,
+                policy=spec.policy,
+                store=ledger.store,
+                task_id=task_id,
+            )
+        except ComponentError as exc:
+            fail(str(TaskFileError(f"components.{exc.role}", str(exc), path=task_file)))
+
+    where, named_by = task_db(db, spec)
+    click.echo(on_ledger(where, write, named_by=named_by))
+
+
+@click.command("worker")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="The most tasks this worker drives at once.",
+)
+@click.option(
+    "--lease-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="The lease of the tasks this worker drives, in seconds; renewed every third of it. "
+    "[default: each task's policy's, 30 unless set]",
+)
+@click.option(
+    "--poll-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="The longest an idle worker waits before it looks for runnable tasks again; on "
+    "PostgreSQL a new or released task wakes it at once, on SQLite it polls from 50 ms, backing "
+    "off to this.",
+)
+@click.pass_obj
+def worker_command(db: str, concurrency: int, lease_s: float | None, poll_s: float) -> None:
+    """Claim runnable tasks from the ledger and drive them, until SIGTERM or Ctrl-C.
+
+    A task is runnable when it has not ended and no live driver holds its lease: new tasks
+    (`pev submit`), and tasks whose driver died (its lease expired). Each is driven as
+    `pev resume` would: an action whose outcome is unknown is never sent again. Components are
+    rebuilt from the import paths the task recorded, with the current folder on the Python path.
+    On SIGTERM (or Ctrl-C) the worker claims nothing more, lets running nodes reach their
+    terminal records within their timeouts, leaves each task in its phase and releases its
+    leases; another worker continues them. It logs what it claims and releases to stderr.
+    """
+    here = str(Path.cwd())
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    # What the worker claims and releases (INFO), and pev's warnings (a lost lease, a listener
+    # that reconnects), on stderr with the time.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    pev_log, worker_log = logging.getLogger("pev"), logging.getLogger("pev.worker")
+    pev_log.addHandler(handler)
+    level = worker_log.level
+    worker_log.setLevel(logging.INFO)
+
+    async def serve(ledger: Ledger) -> engine.WorkerReport:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT)
+        # remove_signal_handler resets to the default, not to what was there: restore that.
+        previous = {signum: signal.getsignal(signum) for signum in signals}
+        for signum in signals:
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            return await engine.worker(
+                ledger.store,
+                concurrency=concurrency,
+                lease_s=lease_s,
+                poll_s=poll_s,
+                stop=stop,
+                experience=LessonBook(ledger.store),
+            )
+        finally:
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+                if (earlier := previous[signum]) is not None:  # None: not set from Python
+                    signal.signal(signum, earlier)
+
+    try:
+        on_ledger(db, serve)
+    finally:
+        pev_log.removeHandler(handler)
+        worker_log.setLevel(level)
+
+
+@click.command("resume")
+@click.argument("task_id", metavar="TASK")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the result line.")
+@click.pass_obj
+def resume_command(db: str, task_id: str, quiet: bool) -> None:
+    """Continue a task after a crash; exit with its status.
+
+    TASK is a task id or a unique prefix of one. Its components are rebuilt from the import
+    paths recorded when it was created: run this where their modules import (the current
+    folder is on the Python path). A task that has ended is shown as it is.
+    """
+    here = str(Path.cwd())
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    console = Console()
+    progress = None if quiet else ConsoleRail(console)
+    rails = (progress,) if progress is not None else ()
+
+    async def drive(ledger: Ledger) -> TaskState:
+        full_id = await resolve_task_id(ledger, task_id)
+        try:
+            result = await engine.resume(
+                full_id, store=ledger.store, rails=rails, experience=LessonBook(ledger.store)
+            )
+        except LeaseHeld as exc:
+            fail(
+                f"task {full_id} is being driven by {exc.owner} (its lease runs until "
+                f"{exc.expires_at.isoformat(timespec='seconds')}); resuming it now would race "
+                "that driver: wait for it to end, or, if it is gone, for its lease to expire"
+            )
+        except ComponentError as exc:
+            # The engine's message says what failed and ends "pass planner=...", which only
+            # Python can do: say so, with the call to make.
+            fail(
+                f"task {full_id}: the {exc.role} cannot be rebuilt ({exc}); "
+                f"`pev resume` cannot pass one: resume it from Python with the {exc.role} "
+                f"passed, `await pev.resume({full_id!r}, store=..., {exc.role}=...)`"
+            )
+        return await ledger.state(result.task_id)
+
+    ended(console, interruptible(task_id, lambda: on_ledger(db, drive)), progress=progress)
+
+
+@click.command("cancel")
+@click.argument("task_id", metavar="TASK")
+@click.option("--reason", default="", help="Why; written to the ledger.")
+@click.pass_obj
+def cancel_command(db: str, task_id: str, reason: str) -> None:
+    """Ask a task to stop (an ended one is left unchanged).
+
+    TASK is a task id or a unique prefix of one. The process driving the task stops
+    dispatching and ends it cancelled. A task nobody drives ends when `pev resume TASK` picks
+    it up, or at once if it was waiting for a replan.
+    """
+
+    async def request(ledger: Ledger) -> tuple[TaskState, TaskState]:
+        full_id = await resolve_task_id(ledger, task_id)
+        before = await ledger.state(full_id)
+        return before, await engine.cancel(full_id, store=ledger.store, reason=reason)
+
+    before, after = on_ledger(db, request)
+    Console().print(_cancel_report(before, after), soft_wrap=True)
+
+
+def _cancel_report(before: TaskState, after: TaskState) -> Text:
+    line = task_heading(after.task_id)
+    line.append(": ")
+    if after.finished is not None:
+        ending = f"{after.finished.status}/{after.finished.reason}"
+        line.append(ending, style=STATUS_STYLE[after.finished.status])
+        line.append("; it had already ended, left unchanged" if before.terminal else "")
+    elif before.cancel_requested:
+        line.append(f"{after.phase}; a cancel was requested already")
+    else:
+        line.append(
+            f"{after.phase}; cancel requested: the process driving it stops it, and if none "
+            "is, `pev resume` ends it"
+        )
+    return line
