@@ -130,6 +130,8 @@ class Round:
         # Nodes whose args hold a $ref: only they need their args resolved at dispatch.
         self._with_refs = {node.id for node in plan.nodes if _has_refs(node.args)}
         self._running: dict[str, asyncio.Task[_Outcome]] = {}
+        # When each record was stamped, in loop time: its call's deadline counts from there.
+        self._dispatched: dict[RecordId, float] = {}
         self._ended: dict[str, None] = {}  # running nodes whose task has ended, in that order
         self._waiter: asyncio.Future[None] | None = None
 
@@ -287,6 +289,7 @@ class Round:
         # A node is dispatched at most once per revision, so this id is unique in the task.
         record_id = RecordId(f"{self._number}:{node.id}")
         now = self._now()
+        self._dispatched[record_id] = asyncio.get_running_loop().time()
         record = ExecutionRecord(
             id=record_id,
             task_id=self._task_id,
@@ -324,18 +327,32 @@ class Round:
         deps: Mapping[str, JsonValue],
         refused: NodeResult | None,
     ) -> _Outcome:
+        dispatched = self._dispatched.pop(record.id)
         if refused is not None:
             return record, record_status_for(refused), refused
         host = self._host
         action = record.effect is Effect.ACTION
         timeout = host.node_timeout(node)
+        # The call ends by the record's own deadline, its dispatch plus the timeout, however long
+        # the pending write took or the driver stalled since: a driver that takes the task over
+        # settles the record once that deadline has passed (docs/tools.md), so no call may start
+        # or run past it.
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else dispatched + timeout
+        if deadline is not None and deadline <= loop.time():
+            late = DeviceFailure(
+                node.id,
+                f"not started: its {timeout:g} s had passed since it was dispatched",
+                is_timeout=True,
+            )
+            return record, record_status_for(late), late
         context = NodeContext(
             task_id=self._task_id,
             node_id=node.id,
             revision=record.revision,
             record_id=record.id,
             idempotency_key=record.idempotency_key,
-            deadline=asyncio.get_running_loop().time() + timeout if timeout is not None else None,
+            deadline=deadline,
             cancelled=self._cancel,
             dependencies=deps,
             report=partial(self._report, record.id),
@@ -343,11 +360,11 @@ class Round:
         _NODE_CONTEXT.set(context)  # this task's own context: visible to the executor
         result: NodeResult
         try:
-            if timeout is None:
+            if deadline is None:
                 returned = await host.execute(node, context)
             else:
                 returned = await asyncio.wait_for(
-                    host.execute(node, context), timeout + _TIMEOUT_GRACE_S
+                    host.execute(node, context), deadline - loop.time() + _TIMEOUT_GRACE_S
                 )
             result = _as_result(node, returned)
         except TimeoutError:
