@@ -22,6 +22,7 @@ from pev.kernel import RootCause, TaskStatus, TerminalReason
 from pev.ledger import SCHEMA_VERSION
 from pev.model import Effect, TaskId, VerificationMode
 from pev.stores import MemoryStore, SQLiteStore
+from pev.stores._sqlite_db import SQLiteDatabase
 
 
 def episode(task: str, digest: str = "") -> Episode:
@@ -219,7 +220,7 @@ async def test_without_fts5_search_falls_back_to_term_matching(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An SQLite built without FTS5 still finds lessons, by LIKE and exact terms."""
-    monkeypatch.setattr(SQLiteStore, "_prepare_fts", staticmethod(lambda conn: False))
+    monkeypatch.setattr(SQLiteDatabase, "_prepare_fts", staticmethod(lambda conn: False))
     store = SQLiteStore(tmp_path / "ledger.db")
     try:
         assert not store.full_text_search

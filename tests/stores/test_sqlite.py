@@ -42,7 +42,7 @@ async def test_journal_is_wal(store: SQLiteStore) -> None:
 
 async def test_commits_are_fully_synchronous(store: SQLiteStore) -> None:
     """The store's connection flushes every commit to disk (``synchronous=FULL``)."""
-    assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # 2 is FULL
+    assert store._db.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # 2 is FULL
 
 
 async def test_file_is_marked_as_a_pev_ledger(store: SQLiteStore) -> None:
