@@ -152,3 +152,29 @@ def test_the_store_append_workload_runs_beside_its_raw_commit(store: str) -> Non
     assert len(samples.pev[store]) == len(samples.raw[store]) == 1
     assert min(samples.pev[store] + samples.raw[store]) > 0
     assert f"| {'PostgreSQL' if store == 'postgres' else 'SQLite'}" in stores.table(samples, None)
+
+
+@pytest.mark.usefixtures("bench")
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_the_worker_workloads_end_every_task_and_take_over_the_killed_ones(store: str) -> None:
+    """10 tasks through one `pev worker` and in-process, all ended; a SIGKILL is taken over."""
+    if store == "postgres":
+        postgres.require()  # skipped without a server, except under CI=true
+    workers = _module("bench_workers")
+    samples = workers.bench(
+        1, 10, kinds=(store,), fleets=(1,), lease_s=1.0, idle_s=0.2, jitter_s=0.0
+    )
+    fleet = samples.runs[store, 1, workers.WORKERS]
+    inprocess = samples.runs[store, 1, workers.IN_PROCESS]
+    assert [(run.tasks, run.succeeded) for run in fleet + inprocess] == [(10, 10), (10, 10)]
+    assert min(run.first_wait_s for run in fleet + inprocess) >= 0
+    [counts] = [run.counts for run in fleet]
+    assert (counts.workers, counts.claimed, counts.ended, counts.failed) == (1, 10, 10, 0)
+    [taken] = samples.takeovers[store]
+    assert taken.owners[0] == taken.dead_owner
+    assert len(taken.owners) == 2  # the killed worker, then the one that took over
+    assert taken.seconds > 0
+    assert workers.problems(samples, 10) == []
+    text = workers.report(samples, 10, 1.0, None)
+    assert f"| {workers.LABELS[store]} | 1 x 4 |" in text
+    assert "Not as described" not in text
