@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # `make test` installs every extra; `make demo` and `make bench` only what they need.
 TEST_EXTRAS  := dev,sim,llm,bench,postgres
 DEMO_EXTRAS  := sim
-BENCH_EXTRAS := bench,sim
+BENCH_EXTRAS := bench,sim,postgres
 TEST_STAMP   := $(VENV)/.installed-test
 DEMO_STAMP   := $(VENV)/.installed-demo
 BENCH_STAMP  := $(VENV)/.installed-bench

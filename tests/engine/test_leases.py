@@ -250,3 +250,23 @@ async def test_a_cancel_cuts_short_the_wait_for_an_earlier_calls_deadline() -> N
     assert (result.status, result.reason) == ("failed", "cancelled")  # an action left unknown
     state = await Ledger(store).state("bill")
     assert [r.status for r in state.records.values()] == [RecordStatus.UNKNOWN]
+
+
+async def test_a_lease_held_before_the_drive_is_renewed_before_it_runs_out() -> None:
+    """A worker's claim may take a shorter lease than the task's policy asks for: the tenure
+    renews it a third of the way to its expiry, then to the policy's full length."""
+    store = MemoryStore()
+    ledger = Ledger(store)
+    await ledger.create("pay the bill", task_id="bill")
+    claimed = await ledger.acquire("bill", "worker-a", lease_s=0.6)
+    tenure = _tenure.Tenure(ledger, "bill", owner="worker-a", lease_s=600, lease=claimed)
+    beating = asyncio.create_task(tenure.beat(on_lost=lambda: None))
+    try:
+        await asyncio.sleep(0.4)  # past a third of 0.6 s, short of its end
+        current = await store.lease("bill")
+        assert current is not None
+        assert current.epoch == claimed.epoch
+        assert current.expires_at > utc_now() + timedelta(seconds=500)
+    finally:
+        beating.cancel()
+        await asyncio.gather(beating, return_exceptions=True)

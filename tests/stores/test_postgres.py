@@ -39,6 +39,7 @@ from pev.experience import (
 )
 from pev.kernel import RootCause, TaskStatus, TerminalReason
 from pev.ledger import (
+    TERMINAL_PHASES,
     Ledger,
     LedgerEntry,
     RevisionKind,
@@ -48,6 +49,7 @@ from pev.ledger import (
     apply,
     seal,
     summarize,
+    utc_now,
 )
 from pev.model import Effect, Plan, PlanNode, TaskId, VerificationMode
 from pev.stores import PostgresStore, SQLiteStore, open_store
@@ -222,18 +224,23 @@ async def test_an_older_schema_is_refused_until_upgraded(schema: str) -> None:
 
 
 async def test_an_upgrade_keeps_what_was_written(schema: str) -> None:
-    """A schema one step behind (no leases table) is migrated with its ledgers intact."""
+    """A schema at version 2 (no leases table, no runnable-tasks index) is migrated with its
+    ledgers intact."""
     store = PostgresStore(postgres.URL, schema=schema)
     try:
         await Ledger(store).create({"q": 1}, task_id="t1")
         before = await store.read("t1")
     finally:
         await store.close()
-    postgres.execute("DROP TABLE {s}.pev_leases", schema=schema)
-    set_version(schema, CURRENT - 1)
+    postgres.execute(
+        "DROP INDEX {s}.pev_tasks_runnable", "DROP TABLE {s}.pev_leases", schema=schema
+    )
+    set_version(schema, 2)
     again = PostgresStore(postgres.URL, schema=schema)
     try:
-        assert await again.upgrade() == (CURRENT - 1, CURRENT)
+        assert await again.upgrade() == (2, CURRENT)
+        (claimed,) = await again.claim("w", now=utc_now(), lease_s=30, limit=1)
+        assert claimed.task_id == "t1"
         assert await again.read("t1") == before
         assert (await Ledger(again).verify("t1")).ok
     finally:
@@ -618,3 +625,21 @@ async def test_a_store_never_used_closes_without_connecting() -> None:
     await store.close()
     with pytest.raises(StoreError, match="closed"):
         await store.upgrade()
+
+
+async def test_a_claim_searches_only_the_tasks_that_have_not_ended(
+    store: PostgresStore, tasks: TaskFactory
+) -> None:
+    """The claim's search goes through the runnable-tasks index, whose condition names every
+    terminal phase: however many tasks have ended, it reads none of them."""
+    ended = sorted(str(phase) for phase in TERMINAL_PHASES)
+    assert f"phase NOT IN ({', '.join(repr(p) for p in ended)})" == ddl.RUNNABLE_TASKS
+    await tasks.planning("t1")
+    from pev.stores._postgres import _LOCK_CLAIMABLE
+
+    plan = postgres.execute(
+        "SET LOCAL enable_seqscan = off",
+        "EXPLAIN " + postgres.in_schema(_LOCK_CLAIMABLE, store.schema),
+        params=(utc_now(), [], 5),
+    )
+    assert "pev_tasks_runnable" in "\n".join(str(row[0]) for row in plan)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pev.errors import LedgerCorruptError, SchemaVersionError, StoreError
-from pev.ledger import SCHEMA_VERSION, Ledger
+from pev.ledger import SCHEMA_VERSION, TERMINAL_PHASES, Ledger
 from pev.stores import SQLiteStore
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
@@ -289,3 +290,46 @@ async def test_reading_never_waits_for_a_writer(store: SQLiteStore, tasks: TaskF
     finally:
         writer.execute("ROLLBACK")
         writer.close()
+
+
+async def test_a_claim_searches_only_the_tasks_that_have_not_ended(store: SQLiteStore) -> None:
+    """The claim's search goes through the runnable-tasks index, whose condition names every
+    terminal phase: however many tasks have ended, it reads none of them."""
+    from pev.stores._sqlite import _SELECT_CLAIMABLE
+    from pev.stores._sqlite_db import RUNNABLE_TASKS
+
+    ended = sorted(str(phase) for phase in TERMINAL_PHASES)
+    assert f"phase NOT IN ({', '.join(repr(p) for p in ended)})" == RUNNABLE_TASKS
+    plan = store._db.conn.execute("EXPLAIN QUERY PLAN " + _SELECT_CLAIMABLE, ("now", 5)).fetchall()
+    assert "pev_tasks_runnable" in " ".join(str(row[-1]) for row in plan)
+
+
+@pytest.mark.parametrize("offload", [False, True])
+async def test_a_write_waits_for_another_writer_without_blocking_the_loop(
+    tmp_path: Path, offload: bool
+) -> None:
+    """Another connection holds the write lock for a while: the append waits (the event loop
+    runs meanwhile), then lands once the lock is free; held past the busy timeout, it is a
+    StoreError naming the lock, and nothing is written."""
+    path = tmp_path / "ledger.db"
+    store = SQLiteStore(path, busy_timeout_s=5, offload=offload)
+    impatient = SQLiteStore(path, busy_timeout_s=0.2, offload=offload)
+    writer = sqlite3.connect(path, isolation_level=None)
+    try:
+        ledger = Ledger(store)
+        writer.execute("BEGIN IMMEDIATE")
+        creating = asyncio.create_task(ledger.create("x", task_id="t1"))
+        ticks = 0
+        while ticks < 20:  # the loop is free while the append waits for the lock
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not creating.done()
+        with pytest.raises(StoreError, match="stayed locked by another writer"):
+            await Ledger(impatient).create("y", task_id="t2")
+        writer.execute("COMMIT")
+        await asyncio.wait_for(creating, 5)
+        assert [s.task_id for s in await store.list_tasks()] == ["t1"]
+    finally:
+        writer.close()
+        await impatient.close()
+        await store.close()

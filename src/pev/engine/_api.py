@@ -25,7 +25,7 @@ from pev.engine._result import RunResult
 from pev.engine._tenure import new_owner
 from pev.errors import ComponentError, StoreError, UsageError
 from pev.experience import LessonBook
-from pev.ledger import Ledger, Store, TaskState, acquired, new_task_id, utc_now
+from pev.ledger import Lease, Ledger, Store, TaskState, acquired, new_task_id, utc_now
 from pev.model import (
     JsonValue,
     TaskId,
@@ -353,13 +353,15 @@ async def driver_for(
     experience: LessonBook | None = None,
     owner: str | None = None,
     lease_s: float | None = None,
+    lease: Lease | None = None,
     drain: asyncio.Event | None = None,
     hold_on_error: bool = False,
 ) -> Driver:
     """A driver for a task that exists: ``agent`` checked against its contract, advice chosen.
 
-    What ``resume`` and workers share; the driver takes the task's lease when it drives (and,
-    with ``hold_on_error``, keeps it until it expires if the drive raises).
+    What ``resume`` and workers share; the driver takes the task's lease when it drives, unless
+    it holds it already (``lease``: a worker's claim), and with ``hold_on_error`` keeps it until
+    it expires if the drive raises.
 
     Raises:
         ContractError: The task's contract calls a verifier the agent does not have.
@@ -377,6 +379,7 @@ async def driver_for(
         lessons=advice,
         owner=owner,
         lease_s=lease_s,
+        lease=lease,
         drain=drain,
         hold_on_error=hold_on_error,
     )

@@ -102,6 +102,7 @@ class Driver:
             owner=lease.owner if lease is not None else owner or new_owner(),
             lease_s=lease_s if lease_s is not None else state.policy.lease_s,
             lease=lease,
+            clock=clock,
         )
         self.drain_signal = drain or asyncio.Event()
         self._hold_on_error = hold_on_error

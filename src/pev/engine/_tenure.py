@@ -16,9 +16,10 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 
 from pev.errors import LeaseLost, PevError
-from pev.ledger import DriverStarted, Lease, Ledger
+from pev.ledger import DriverStarted, Lease, Ledger, utc_now
 
 __all__ = ["Tenure", "cancel_requested", "new_owner"]
 
@@ -50,7 +51,10 @@ class Tenure:
         task_id: The task.
         owner: Who drives (see :func:`new_owner`).
         lease_s: How long a lease lasts unless renewed; it is renewed every third of that.
-        lease: A lease ``owner`` already holds (taken with the task, when ``run`` created it).
+        lease: A lease ``owner`` already holds (taken with the task when ``run`` created it,
+            or by a worker's claim); if it runs out sooner than ``lease_s``, the first renewal
+            comes a third of the way to its expiry.
+        clock: Returns the current UTC time (the ledger's); for a lease already held.
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class Tenure:
         owner: str,
         lease_s: float,
         lease: Lease | None = None,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         if lease is not None and (lease.task_id, lease.owner) != (task_id, owner):
             raise ValueError(f"task {task_id}: the lease given is {owner}'s of another task")
@@ -69,6 +74,7 @@ class Tenure:
         self.owner = owner
         self._lease_s = lease_s
         self._lease = lease
+        self._clock = clock
         self.lost = False
 
     @property
@@ -102,8 +108,13 @@ class Tenure:
         A store that fails to answer is logged and tried again at the next beat: the lease is
         lost only when another driver has taken it (then this driver's writes are refused too).
         """
+        wait = self._lease_s / 3
+        if self._lease is not None:  # held since before the drive: it may run out sooner
+            left = (self._lease.expires_at - self._clock()).total_seconds()
+            wait = max(0.0, min(wait, left / 3))
         while not cancel_requested():
-            await asyncio.sleep(self._lease_s / 3)
+            await asyncio.sleep(wait)
+            wait = self._lease_s / 3
             try:
                 self._lease = await self._ledger.renew(self.lease, lease_s=self._lease_s)
             except LeaseLost:

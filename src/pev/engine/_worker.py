@@ -194,7 +194,7 @@ async def worker(
                     report.claimed += 1
                     log.info("claimed task %s (lease epoch %d)", lease.task_id, lease.epoch)
                     active[lease.task_id] = asyncio.create_task(
-                        shared.drive(lease.task_id), name=f"pev-worker-{lease.task_id}"
+                        shared.drive(lease), name=f"pev-worker-{lease.task_id}"
                     )
                 if claimed and len(active) < concurrency:
                     idle.reset()
@@ -298,11 +298,11 @@ class _Shared:
             log.exception("worker %s: claiming tasks failed", self.report.owner)
             return ()
 
-    async def drive(self, task_id: str) -> None:
+    async def drive(self, claimed: Lease) -> None:
         """Drive one claimed task as resume would; its failures are logged, never raised."""
-        report = self.report
+        report, task_id = self.report, claimed.task_id
         try:
-            state = await self._drive(task_id)
+            state = await self._drive(claimed)
         except Exception:  # any failure: a worker outlives the tasks it cannot drive
             # The lease stays taken until it expires (the driver holds it on an error; a task
             # that failed before its driver took it keeps the claim's), so that no worker
@@ -327,9 +327,9 @@ class _Shared:
             report.drained += 1
             log.info("task %s left %s for another driver; lease released", task_id, state.phase)
 
-    async def _drive(self, task_id: str) -> TaskState:
+    async def _drive(self, claimed: Lease) -> TaskState:
         ledger = Ledger(self.store, clock=self.clock)
-        state = await ledger.state(task_id)
+        state = await ledger.state(claimed.task_id)
         if state.terminal:
             return state
         driver = await driver_for(
@@ -341,6 +341,7 @@ class _Shared:
             experience=self.experience,
             owner=self.report.owner,
             lease_s=self.lease_s,
+            lease=claimed,
             drain=self.drain,
             hold_on_error=True,
         )

@@ -50,6 +50,7 @@ from pev.ledger._lease import is_free
 from pev.model import TaskId
 from pev.stores._postgres_db import Cursor, Database, TupleRow, UniqueViolation
 from pev.stores._postgres_lessons import PostgresLessons
+from pev.stores._postgres_schema import RUNNABLE_TASKS
 
 __all__ = ["PostgresStore"]
 
@@ -82,9 +83,11 @@ _UPSERT_LEASE = (
 # Runnable tasks, oldest first, their index rows locked; rows another transaction holds (an
 # append, a lease change, another claim) are skipped. The lease read here may be older than the
 # lock (a lease taken and committed after this statement began), so it is read again after it.
+# The condition on the phase is the runnable-tasks index's own, spelled out, so that the search
+# reads only tasks that have not ended.
 _LOCK_CLAIMABLE = (
-    "SELECT t.task_id FROM {s}.pev_tasks t LEFT JOIN {s}.pev_leases l ON l.task_id = t.task_id "
-    "WHERE t.phase <> ALL(%s) AND (l.task_id IS NULL OR l.expires_at <= %s) "
+    "SELECT t.task_id FROM {s}.pev_tasks t LEFT JOIN {s}.pev_leases l ON l.task_id = t.task_id "  # noqa: S608 - constants
+    f"WHERE t.{RUNNABLE_TASKS} AND (l.task_id IS NULL OR l.expires_at <= %s) "
     "AND t.task_id <> ALL(%s) ORDER BY t.created_at, t.task_id LIMIT %s "
     "FOR UPDATE OF t SKIP LOCKED"
 )
@@ -263,15 +266,12 @@ class PostgresStore(PostgresLessons):
         """
         if limit <= 0:
             return ()
-        ended = sorted(_ENDED)
 
         async def work(cur: Cursor) -> tuple[Lease, ...]:
             taken: list[Lease] = []
             seen: list[str] = []
             while len(taken) < limit:
-                await cur.execute(
-                    self._db.sql(_LOCK_CLAIMABLE), (ended, now, seen, limit - len(taken))
-                )
+                await cur.execute(self._db.sql(_LOCK_CLAIMABLE), (now, seen, limit - len(taken)))
                 locked = [str(row[0]) for row in await cur.fetchall()]
                 if not locked:
                     break
@@ -284,7 +284,7 @@ class PostgresStore(PostgresLessons):
                     current = _lease_from(
                         task_id, None if lease_row[0] is None else tuple(lease_row)
                     )
-                    if str(phase) in ended or not is_free(current, now):
+                    if str(phase) in _ENDED or not is_free(current, now):
                         stale = True  # taken or ended meanwhile: look further
                         continue
                     lease = acquired(current, task_id, owner, now=now, lease_s=lease_s)

@@ -24,6 +24,7 @@ from pev.errors import SchemaVersionError, StoreError, UsageError
 
 __all__ = [
     "MIGRATIONS",
+    "RUNNABLE_TASKS",
     "STORE_SCHEMA_VERSION",
     "TABLE_COLUMNS",
     "Migration",
@@ -56,6 +57,9 @@ class Migration:
     summary: str
     statements: tuple[str, ...]
 
+
+RUNNABLE_TASKS = "phase NOT IN ('cancelled', 'failed', 'partial', 'succeeded')"
+"""The condition of the ``pev_tasks_runnable`` index (version 4): tasks that have not ended."""
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -147,6 +151,16 @@ MIGRATIONS: tuple[Migration, ...] = (
                 epoch      bigint      NOT NULL CHECK (epoch >= 1),
                 expires_at timestamptz NOT NULL
             )""",
+        ),
+    ),
+    Migration(
+        4,
+        "claims: an index of the tasks that have not ended",
+        (
+            # A claim's search reads only tasks that may run, however many have ended. Its
+            # query spells out the same condition, so the planner can use it.
+            "CREATE INDEX pev_tasks_runnable ON {s}.pev_tasks (created_at, task_id) WHERE "
+            + RUNNABLE_TASKS,
         ),
     ),
 )

@@ -30,7 +30,6 @@ from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
     GENESIS_HASH,
     SCHEMA_VERSION,
-    TERMINAL_PHASES,
     Event,
     Lease,
     LedgerEntry,
@@ -44,7 +43,7 @@ from pev.ledger import (
 )
 from pev.ledger._chain import entry_texts
 from pev.model import TaskId
-from pev.stores._sqlite_db import SQLiteDatabase, query_rows
+from pev.stores._sqlite_db import RUNNABLE_TASKS, SQLiteDatabase, query_rows
 from pev.stores._sqlite_lessons import SQLiteLessons
 
 __all__ = ["SQLiteStore"]
@@ -77,11 +76,10 @@ _UPSERT_LEASE = (
     "expires_at = excluded.expires_at"
 )
 
-# Runnable tasks, oldest first: not ended (a terminal phase each `?`), the lease free at `now`.
-_ENDED = ", ".join("?" for _ in TERMINAL_PHASES)
+# Runnable tasks, oldest first: not ended (through the runnable-tasks index), lease free at `now`.
 _SELECT_CLAIMABLE = (
-    "SELECT t.task_id, l.owner, l.epoch, l.expires_at FROM pev_tasks t "  # noqa: S608 - only ?s
-    f"LEFT JOIN pev_leases l ON l.task_id = t.task_id WHERE t.phase NOT IN ({_ENDED}) "
+    "SELECT t.task_id, l.owner, l.epoch, l.expires_at FROM pev_tasks t "  # noqa: S608 - constants
+    f"LEFT JOIN pev_leases l ON l.task_id = t.task_id WHERE t.{RUNNABLE_TASKS} "
     "AND (l.task_id IS NULL OR l.expires_at <= ?) ORDER BY t.created_at, t.task_id LIMIT ?"
 )
 
@@ -247,11 +245,10 @@ class SQLiteStore(SQLiteLessons):
         """Take the leases of up to ``limit`` runnable tasks, oldest first, in one transaction."""
         if limit <= 0:
             return ()
-        ended = sorted(str(phase) for phase in TERMINAL_PHASES)
 
         def work(conn: sqlite3.Connection) -> tuple[Lease, ...]:
             # BEGIN IMMEDIATE holds the write lock from the read on: nobody claims in between.
-            rows = conn.execute(_SELECT_CLAIMABLE, (*ended, _time_key(now), limit)).fetchall()
+            rows = conn.execute(_SELECT_CLAIMABLE, (_time_key(now), limit)).fetchall()
             taken: list[Lease] = []
             for task_id, lease_owner, epoch, expires_at in rows:
                 current = (
