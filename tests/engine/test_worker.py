@@ -169,18 +169,20 @@ async def _ended(store: pev.Store, task_id: str, *, seconds: float = 10) -> pev.
     return state
 
 
-@pytest.mark.parametrize("store", ["memory", "postgres"], indirect=True)
 async def test_a_woken_worker_takes_a_new_task_without_waiting_for_its_poll(
     shop: ModuleType, store: pev.Store
 ) -> None:
-    """On a store with wake-ups, a worker that looks only every minute still takes a task
-    submitted (by another connection, on PostgreSQL) at once. (SQLite's workers poll: see
-    test_an_idle_worker_polls_backing_off.)"""
+    """Every store wakes its idle workers: a worker that looks only every minute still takes a
+    task submitted (through another connection, on SQLite and PostgreSQL) at once."""
     assert isinstance(store, pev.ledger.Wakeups)
     stop = asyncio.Event()
     working = asyncio.create_task(pev.worker(store, poll_s=60, stop=stop))
     await asyncio.sleep(0.2)  # idle: it looked, found nothing, and waits on the store
-    submitter = store if isinstance(store, MemoryStore) else postgres.same_schema(store)
+    submitter: pev.Store = store
+    if isinstance(store, SQLiteStore):
+        submitter = SQLiteStore(store.location)
+    elif not isinstance(store, MemoryStore):
+        submitter = postgres.same_schema(store)
     try:
         task_id = await pev.submit("lamp", agent=shop.shop, store=submitter)
         state = await _ended(store, task_id, seconds=20)  # far less than the 60 s poll
@@ -212,8 +214,9 @@ async def test_tasks_run_in_process_are_never_claimed_by_a_worker_beside(
 
 
 async def test_an_idle_worker_polls_backing_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without wake-ups, an idle worker looks again after 50 ms, then twice as long each time
-    it finds nothing, up to poll_s; a look that finds tasks starts it over."""
+    """On a store without wake-ups (one of your own), an idle worker looks again after 50 ms,
+    then twice as long each time it finds nothing, up to poll_s; a look that finds tasks starts
+    it over."""
     from pev.engine import _worker
 
     waits: list[float] = []

@@ -1,10 +1,9 @@
-"""Wake-ups: a store that can tell idle workers a task may have become runnable.
+"""Wake-ups: a store tells idle workers a task may have become runnable.
 
 PostgreSQL signals every process through ``LISTEN``/``NOTIFY``; the memory store signals the
-workers of its own process; SQLite has no way to, and its workers poll (see docs/workers.md).
-Each test runs on every backend that has wake-ups, listening on a second store over the same
-ledgers where there is one (PostgreSQL), so a signal crosses connections as it crosses
-processes.
+workers of its own process; an SQLite store watches its file for other connections' commits
+(see docs/workers.md). Each test listens on a second store over the same ledgers where there is
+one (SQLite, PostgreSQL), so a signal crosses connections as it crosses processes.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from tests.support.builders import T0
 
 from pev.ledger import Lease, Ledger, Store, Wakeups
 from pev.model import TaskId
-from pev.stores import MemoryStore, SQLiteStore
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
     from conftest import Backend, TaskFactory
@@ -30,10 +28,14 @@ WAIT_S = 10.0  # the most a signal may take to arrive: generous, it is a bound, 
 QUIET_S = 0.3  # how long a waiter sees nothing where nothing is signalled
 
 
-@pytest.fixture(params=["memory", "postgres"])
+@pytest.fixture(params=["memory", "postgres", "sqlite"])
 def backend(request: pytest.FixtureRequest, backends: dict[str, Backend]) -> Backend:
-    """The backends with wake-ups (SQLite has none: see the last tests)."""
+    """Every backend; the tests that say nobody is woken leave out SQLite, which wakes its
+    waiters on any other connection's commit."""
     return backends[request.param]
+
+
+SIGNALLING = pytest.mark.parametrize("backend", ["memory", "postgres"], indirect=True)
 
 
 @pytest.fixture
@@ -47,7 +49,7 @@ def waking(other: Store) -> Wakeups:
 async def listening(waking: Wakeups) -> AsyncIterator[asyncio.Event]:
     """The wake-up event, once the store listens, cleared of the set its start makes."""
     async with waking.wakeups() as woken:
-        if not isinstance(waking, MemoryStore):  # a listener sets it once it listens
+        if isinstance(waking, postgres.PostgresStore):  # a listener sets it once it listens
             await asyncio.wait_for(woken.wait(), WAIT_S)
             woken.clear()
         yield woken
@@ -69,6 +71,7 @@ async def test_a_submitted_task_wakes_the_waiters(waking: Wakeups, tasks: TaskFa
         await asyncio.wait_for(woken.wait(), WAIT_S)
 
 
+@SIGNALLING
 async def test_a_task_written_with_its_drivers_lease_wakes_nobody(
     waking: Wakeups, tasks: TaskFactory
 ) -> None:
@@ -80,26 +83,33 @@ async def test_a_task_written_with_its_drivers_lease_wakes_nobody(
         assert await _quiet(woken)
 
 
-@pytest.mark.parametrize(("phase", "wakes"), [("planning", True), ("finished", False)])
-async def test_releasing_a_lease_wakes_the_waiters_only_if_its_task_goes_on(
-    store: Store, waking: Wakeups, tasks: TaskFactory, phase: str, wakes: bool
+async def test_releasing_an_unfinished_tasks_lease_wakes_the_waiters(
+    store: Store, waking: Wakeups, tasks: TaskFactory
 ) -> None:
-    """A draining worker leaves its tasks unfinished and their leases free: a signal. Every
-    drive that ends a task releases its lease too; that makes nothing runnable: no signal."""
-    await getattr(tasks, phase)("t1")
+    """A draining worker leaves its tasks unfinished and their leases free: a signal."""
+    await tasks.planning("t1")
     lease = await store.acquire_lease("t1", "a", now=T0, lease_s=30)
     async with listening(waking) as woken:
         await store.release_lease(lease, now=T0 + timedelta(seconds=1))
-        if wakes:
-            await asyncio.wait_for(woken.wait(), WAIT_S)
-        else:
-            assert await _quiet(woken)
+        await asyncio.wait_for(woken.wait(), WAIT_S)
 
 
-def test_the_sqlite_store_has_no_wake_ups() -> None:
-    """Another process's commit cannot reach SQLite waiters: its workers poll instead."""
-    assert not isinstance(SQLiteStore(":memory:"), Wakeups)
-    assert isinstance(MemoryStore(), Wakeups)
+@SIGNALLING
+async def test_releasing_an_ended_tasks_lease_wakes_nobody(
+    store: Store, waking: Wakeups, tasks: TaskFactory
+) -> None:
+    """Every drive that ends a task releases its lease; that makes nothing runnable."""
+    await tasks.finished("t1")
+    lease = await store.acquire_lease("t1", "a", now=T0, lease_s=30)
+    async with listening(waking) as woken:
+        await store.release_lease(lease, now=T0 + timedelta(seconds=1))
+        assert await _quiet(woken)
+
+
+async def test_a_quiet_store_wakes_nobody(waking: Wakeups) -> None:
+    """Nothing written, nothing signalled: an idle worker costs no claims."""
+    async with listening(waking) as woken:
+        assert await _quiet(woken)
 
 
 async def test_a_postgres_listener_whose_connection_is_cut_listens_again() -> None:

@@ -142,9 +142,9 @@ def submit_command(db: str, task_file: Path, task_id: str | None) -> None:
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
-    help="The longest an idle worker waits before it looks for runnable tasks again; on "
-    "PostgreSQL a new or released task wakes it at once, on SQLite it polls from 50 ms, backing "
-    "off to this.",
+    help="The longest an idle worker waits before it looks for runnable tasks again (for tasks "
+    "whose driver died); a new or released task wakes it sooner: at once on PostgreSQL, within "
+    "50 ms on SQLite.",
 )
 @click.pass_obj
 def worker_command(db: str, concurrency: int, lease_s: float | None, poll_s: float) -> None:

@@ -153,7 +153,8 @@ async def worker(
             import paths it recorded.
         concurrency: The most tasks driven at once.
         lease_s: The lease of the tasks this worker drives; default: each task's policy's.
-        poll_s: How long an idle worker waits before it looks for tasks again.
+        poll_s: The longest an idle worker waits before it looks for tasks again (for tasks
+            whose driver died); the store wakes it sooner for a new or released task.
         stop: Set it to stop: no more claims; running nodes reach their terminal records
             (within their timeouts), each task is left in its phase, and its lease released.
         owner: The lease owner id; a fresh ``host:pid:nonce`` by default.
@@ -236,9 +237,10 @@ def _wakeups(store: Store) -> contextlib.AbstractAsyncContextManager[asyncio.Eve
 class _Idle:
     """How an idle worker waits before it looks for tasks again.
 
-    Woken by the store (PostgreSQL ``NOTIFY``), it waits up to ``poll_s`` (the longest a task
-    whose lease expired waits for a look); polling, it waits ``_FIRST_POLL_S`` at first and
-    twice as long after each look that finds nothing, up to ``poll_s``.
+    Woken by the store (every pev store has wake-ups), it waits up to ``poll_s`` (the longest a
+    task whose lease expired waits for a look); polling a store without them, it waits
+    ``_FIRST_POLL_S`` at first and twice as long after each look that finds nothing, up to
+    ``poll_s``.
     """
 
     def __init__(self, poll_s: float, woken: asyncio.Event | None) -> None:

@@ -130,18 +130,19 @@ class Store(Protocol):
 class Wakeups(Protocol):
     """A store that tells idle workers when a task may have become runnable (optional).
 
-    Workers of a store without it look for tasks by polling, backing off while they find none
-    (docs/workers.md).
+    Workers of a store without it (a store of your own, say) look for tasks by polling, backing
+    off while they find none (docs/workers.md).
     """
 
     def wakeups(self) -> AbstractAsyncContextManager[asyncio.Event]:
         """While entered, an event the store sets when a task may have become runnable.
 
-        It is set when a task is created without a lease (``pev.submit``) and when the lease of
-        a task that has not ended is released (a worker draining), by this process or, where
-        the store reaches them (PostgreSQL), by any other. A lease that simply expires sets
-        nothing: a worker still looks every ``poll_s``. The waiter clears the event before it
-        looks, so a signal that comes while it looks is not lost.
+        It is set at least when a task is created without a lease (``pev.submit``) and when
+        the lease of a task that has not ended is released (a worker draining), by this process
+        or any other the store reaches; a store may set it more often (SQLite: whenever another
+        connection committed), each time costing a waiter one look. A lease that simply expires
+        sets nothing: a worker still looks every ``poll_s``. The waiter clears the event before
+        it looks, so a signal that comes while it looks is not lost.
         """
         ...
 

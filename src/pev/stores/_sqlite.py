@@ -12,9 +12,11 @@ The same file keeps experience (docs/design.md §8, :mod:`pev.stores._sqlite_les
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 from collections.abc import Collection, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -75,6 +77,9 @@ _UPSERT_LEASE = (
     "ON CONFLICT (task_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
     "expires_at = excluded.expires_at"
 )
+
+# How often a waiting worker's store looks for another connection's commits.
+_WATCH_S = 0.05
 
 # Runnable tasks, oldest first: not ended (through the runnable-tasks index), lease free at `now`.
 _SELECT_CLAIMABLE = (
@@ -160,6 +165,17 @@ class SQLiteStore(SQLiteLessons):
     def full_text_search(self) -> bool:
         """True when lesson search uses SQLite's FTS5 index (else a plain term match)."""
         return self._db.full_text
+
+    def wakeups(self) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An event set when a task may have become runnable (see :class:`pev.ledger.Wakeups`).
+
+        No process can signal another through an SQLite file, so this watches the file itself:
+        the event is set whenever another connection has committed (``PRAGMA data_version``,
+        read every 50 ms without taking a lock), which covers every new task and every lease
+        released, and more (each commit of a busy fleet). An idle worker so finds a new task
+        within about 50 ms, at the cost of a few reads a second.
+        """
+        return self._db.changes(_WATCH_S)
 
     async def close(self) -> None:
         """Close the database and its thread; the store is unusable afterwards."""

@@ -14,12 +14,14 @@ run their statements through it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import random
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -31,6 +33,7 @@ from pev.ledger import SCHEMA_VERSION
 __all__ = ["RUNNABLE_TASKS", "Busy", "SQLiteDatabase", "query_rows"]
 
 T = TypeVar("T")
+log = logging.getLogger("pev.stores")
 
 # How long a write that found the database locked pauses before it tries again: at first, and
 # at most (the pause doubles in between).
@@ -327,6 +330,37 @@ class SQLiteDatabase:
             f"timeout: {exc.__cause__}"
         )
 
+    @contextlib.asynccontextmanager
+    async def changes(self, every_s: float) -> AsyncIterator[asyncio.Event]:
+        """While the block runs, an event set when another connection has committed.
+
+        It reads ``PRAGMA data_version`` every ``every_s`` seconds: a read of one page of the
+        file's header, which takes no lock and writes nothing, and changes whenever another
+        connection (in this process or any other) commits.
+        """
+        event = asyncio.Event()
+        # Read before the block runs: a commit made as soon as it starts is a change.
+        seen = await self.run(_data_version)
+        watcher = asyncio.create_task(self._watch(event, every_s, seen), name="pev-sqlite-changes")
+        try:
+            yield event
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _watch(self, event: asyncio.Event, every_s: float, seen: object) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                version = await self.run(_data_version)
+            except StoreError as exc:  # the next look may succeed; waiters still poll meanwhile
+                log.warning("watching %s for changes failed: %s", self._location, exc)
+                continue
+            if version != seen:
+                seen = version
+                event.set()
+
     async def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` in one write transaction (see :meth:`run` and :meth:`transaction`)."""
         return await self.run(lambda conn: self.transaction(conn, work))
@@ -385,3 +419,8 @@ def query_rows(
         if "locked" in str(exc) or "busy" in str(exc):
             raise Busy from exc
         raise StoreError(f"query failed: {exc}") from exc
+
+
+def _data_version(conn: sqlite3.Connection) -> object:
+    """The connection's ``data_version``: it changes when another connection commits."""
+    return query_rows(conn, "PRAGMA data_version", ())[0][0]
