@@ -258,8 +258,14 @@ class SQLiteStore(SQLiteLessons):
     async def claim(
         self, owner: str, *, now: datetime, lease_s: float, limit: int
     ) -> tuple[Lease, ...]:
-        """Take the leases of up to ``limit`` runnable tasks, oldest first, in one transaction."""
+        """Take the leases of up to ``limit`` runnable tasks, oldest first, in one transaction.
+
+        A look without the write lock comes first: a worker that finds nothing to claim (most
+        looks of a busy fleet) never takes the lock the other processes' appends wait for.
+        """
         if limit <= 0:
+            return ()
+        if not await self._db.query(_SELECT_CLAIMABLE, (_time_key(now), 1)):
             return ()
 
         def work(conn: sqlite3.Connection) -> tuple[Lease, ...]:
