@@ -29,16 +29,14 @@ def lines(result: Result) -> list[str]:
 @pytest.fixture
 def schema() -> Iterator[str]:
     """A schema of the test's own (skipped without a server), dropped afterwards."""
-    postgres.require()
-    name = postgres.fresh_schema()
-    yield name
-    postgres.drop_schema(name)
+    with postgres.throwaway_schema() as name:
+        yield name
 
 
 @pytest.fixture
 def url(schema: str) -> str:
     """The test server's URL, naming the test's schema."""
-    return f"{postgres.URL}?schema={schema}"
+    return postgres.url_of(schema)
 
 
 def current() -> int:

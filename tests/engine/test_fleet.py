@@ -75,7 +75,7 @@ async def shared_store(kind: str, folder: Path) -> AsyncIterator[tuple[pev.Store
     else:
         postgres.require()
         store = postgres.ThrowawayStore()
-        db = f"{postgres.URL}{'&' if '?' in postgres.URL else '?'}schema={store.schema}"
+        db = postgres.url_of(store.schema)
     try:
         yield store, db
     finally:

@@ -313,12 +313,8 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "ledger.db")
         return
-    postgres.require()
-    schema = postgres.fresh_schema()
-    try:
-        yield f"{postgres.URL}?schema={schema}"
-    finally:
-        postgres.drop_schema(schema)
+    with postgres.throwaway_schema() as schema:
+        yield postgres.url_of(schema)
 
 
 def _in_store(db: str, work: Callable[[pev.Store], Awaitable[T]]) -> T:

@@ -71,10 +71,8 @@ def backend(backends: dict[str, Backend]) -> Backend:
 @pytest.fixture
 def schema() -> Iterator[str]:
     """A schema name of the test's own (skipped without a server), dropped afterwards."""
-    postgres.require()
-    name = postgres.fresh_schema()
-    yield name
-    postgres.drop_schema(name)
+    with postgres.throwaway_schema() as name:
+        yield name
 
 
 @pytest.fixture

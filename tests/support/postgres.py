@@ -9,9 +9,11 @@ Each test gets a schema of its own (``pev_test_<random>``), dropped when its sto
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import secrets
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -57,6 +59,22 @@ def require() -> None:
 def fresh_schema() -> str:
     """A schema name no other test uses."""
     return f"pev_test_{secrets.token_hex(6)}"
+
+
+def url_of(schema: str) -> str:
+    """What ``--db`` names ``schema`` on the test server by: its URL with ``schema=``."""
+    return f"{URL}{'&' if '?' in URL else '?'}schema={schema}"
+
+
+@contextlib.contextmanager
+def throwaway_schema() -> Iterator[str]:
+    """A schema name of the caller's own (skipped without a server), dropped after the block."""
+    require()
+    name = fresh_schema()
+    try:
+        yield name
+    finally:
+        drop_schema(name)
 
 
 def execute(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -31,6 +32,7 @@ except ImportError as exc:  # exercised with psycopg hidden, in the tests
 
 from pev.errors import StoreError, UsageError
 from pev.stores import _postgres_schema as ddl
+from pev.stores._wakeups import watched
 
 __all__ = ["Cursor", "Database", "TupleRow", "UniqueViolation", "describe"]
 
@@ -261,14 +263,9 @@ class Database:
             StoreError: The database cannot be reached, or is not a pev schema of this version.
         """
         await self._ready()  # fail here, at once, as any other use of the store would
-        event = asyncio.Event()
-        listener = asyncio.create_task(self._listen(channel, event), name=f"pev-listen-{channel}")
-        try:
+        listen = functools.partial(self._listen, channel)
+        async with watched(listen, name=f"pev-listen-{channel}") as event:
             yield event
-        finally:
-            listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listener
 
     async def _listen(self, channel: str, event: asyncio.Event) -> None:
         """Set ``event`` on each notification on ``channel``, reconnecting until cancelled."""

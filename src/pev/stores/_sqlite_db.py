@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -29,6 +30,7 @@ from typing import TypeVar
 from pev import codec
 from pev.errors import CodecError, SchemaVersionError, StoreError
 from pev.ledger import SCHEMA_VERSION
+from pev.stores._wakeups import watched
 
 __all__ = ["RUNNABLE_TASKS", "Busy", "SQLiteDatabase", "query_rows"]
 
@@ -338,18 +340,13 @@ class SQLiteDatabase:
         file's header, which takes no lock and writes nothing, and changes whenever another
         connection (in this process or any other) commits.
         """
-        event = asyncio.Event()
         # Read before the block runs: a commit made as soon as it starts is a change.
         seen = await self.run(_data_version)
-        watcher = asyncio.create_task(self._watch(event, every_s, seen), name="pev-sqlite-changes")
-        try:
+        watch = functools.partial(self._watch, every_s=every_s, seen=seen)
+        async with watched(watch, name="pev-sqlite-changes") as event:
             yield event
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
 
-    async def _watch(self, event: asyncio.Event, every_s: float, seen: object) -> None:
+    async def _watch(self, event: asyncio.Event, *, every_s: float, seen: object) -> None:
         while True:
             await asyncio.sleep(every_s)
             try:

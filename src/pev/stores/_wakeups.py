@@ -1,8 +1,10 @@
-"""Wake-ups within one process: the events of the workers waiting on one store.
+"""Wake-ups (see :class:`~pev.ledger.Wakeups` for what a signal means), as the stores give them.
 
-A store that only this process writes (:class:`~pev.stores.MemoryStore`) signals its own
-waiters directly; see :class:`~pev.ledger.Wakeups` for what a signal means. Waiters may wait on
-any event loop, in any thread: a signal sets each event in its own loop.
+* :class:`Waiters`: a store that only this process writes (:class:`~pev.stores.MemoryStore`)
+  signals its own waiters directly. Waiters may wait on any event loop, in any thread: a signal
+  sets each event in its own loop.
+* :func:`watched`: a store that learns of changes by watching (PostgreSQL's ``LISTEN``, SQLite's
+  ``data_version``) runs its watch as a background task while a waiter waits.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
-__all__ = ["Waiters"]
+__all__ = ["Waiters", "watched"]
 
 
 class Waiters:
@@ -41,3 +44,18 @@ class Waiters:
         for event, loop in waiting:
             with contextlib.suppress(RuntimeError):  # its loop closed: nobody is waiting
                 loop.call_soon_threadsafe(event.set)
+
+
+@contextlib.asynccontextmanager
+async def watched(
+    watch: Callable[[asyncio.Event], Coroutine[Any, Any, None]], *, name: str
+) -> AsyncIterator[asyncio.Event]:
+    """While the block runs, an event that ``watch`` sets, run as a task (cancelled after it)."""
+    event = asyncio.Event()
+    watcher = asyncio.create_task(watch(event), name=name)
+    try:
+        yield event
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
