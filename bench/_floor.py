@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pev import codec
-from pev.ledger import LedgerEntry
+from pev.ledger import LedgerEntry, event_text
 
 
 def raw_commit_floor(path: Path, entries: Sequence[LedgerEntry]) -> float:
@@ -23,8 +23,8 @@ def raw_commit_floor(path: Path, entries: Sequence[LedgerEntry]) -> float:
     )
     # The very rows pev wrote, encoded up front: the floor is the commit alone.
     rows = [
-        (e.task_id, e.seq, codec.dumps(e.at), e.schema, e.event.kind, codec.dumps(e.event),
-         e.prev_hash, e.hash)
+        (e.task_id, e.seq, codec.dumps(e.at), e.schema, e.event.kind,
+         event_text(e.event, e.schema), e.prev_hash, e.hash)
         for e in entries
     ]  # fmt: skip
     start = time.perf_counter()

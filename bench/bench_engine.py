@@ -229,7 +229,19 @@ def _write(path: Path, table: str) -> None:
 # A builtin or generated function (isinstance, any, a dataclass __eq__) that matches none is
 # charged to its callers instead, in proportion to the time each spent in it.
 _AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("hashing and codec", ("pev/codec.py", "pev/_json.py", "ledger/_chain.py", "hashlib", "json")),
+    (
+        "hashing and codec",
+        (
+            "pev/codec.py",
+            "pev/_canonical.py",
+            "pev/_jcs.py",
+            "pev/_json.py",
+            "ledger/_chain.py",
+            "hashlib",
+            "hmac",
+            "json",
+        ),
+    ),
     ("fold and state machine", ("ledger/_state.py", "ledger/_machine.py", "ledger/_summary.py")),
     ("ledger queries (lineage_results, ...)", ("ledger/_queries.py",)),
     ("ledger and store", ("ledger/_ledger.py", "ledger/_store.py", "pev/stores/")),
@@ -250,7 +262,7 @@ _STEPS: tuple[tuple[str, str, str], ...] = (
     ("  seal: hash chain (canonical JSON, sha256)", "ledger/_chain.py", "seal"),
     ("  summarize: the index row", "ledger/_summary.py", "summarize"),
     ("  MemoryStore.append", "stores/_memory.py", "append"),
-    ("codec.dumps (all callers)", "pev/codec.py", "dumps"),
+    ("canonical texts (all callers)", "pev/_canonical.py", "dumps"),
     ("Driver.write: write lock, ledger, rails", "engine/_driver.py", "write"),
     ("Round._prepare: records, args, digests", "engine/_round.py", "_prepare"),
     ("Round._finished + _wake: finish, wake dependents", "engine/_round.py", "_finished"),
@@ -321,7 +333,7 @@ def _ledger_costs(entries: Sequence[LedgerEntry]) -> list[tuple[str, float]]:
     for entry in entries:
         state = apply(state, entry.event, at=entry.at)
         states.append(state)
-    texts = [codec.dumps(e.event) for e in entries]
+    texts = [codec.dumps_jcs(e.event) for e in entries]
     # Each repeat seals fresh copies of the events, as a run does (a run never seals one event
     # object twice).
     copies = iter([[replace(e.event) for e in entries] for _ in range(_REPEATS)])
@@ -337,8 +349,8 @@ def _ledger_costs(entries: Sequence[LedgerEntry]) -> list[tuple[str, float]]:
 
     steps: list[tuple[str, Callable[[], object]]] = [
         ("apply (the fold)", fold),
-        ("seal (header + codec.dumps + sha256)", seal_copies),
-        ("  codec.dumps(event)", lambda: [codec.dumps(e.event) for e in entries]),
+        ("seal (header + codec.dumps_jcs + sha256)", seal_copies),
+        ("  codec.dumps_jcs(event)", lambda: [codec.dumps_jcs(e.event) for e in entries]),
         (
             "  sha256 of the event's text",
             lambda: [hashlib.sha256(t.encode()).digest() for t in texts],

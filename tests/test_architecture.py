@@ -19,6 +19,8 @@ PACKAGE = SRC / "pev"
 PURE_PREFIXES = (
     "pev.errors",
     "pev._json",
+    "pev._jcs",
+    "pev._canonical",
     "pev.codec",
     "pev.policy",
     "pev.model",
@@ -31,6 +33,7 @@ FOLD_MODULES = (
     "pev.ledger._queries",
     "pev.ledger._machine",
     "pev.ledger._chain",
+    "pev.ledger._checks",
     "pev.ledger._summary",
 )
 # Experience's decisions: building episodes, classifying, drawing candidates, sanitising.
@@ -39,6 +42,7 @@ EXPERIENCE_PURE = (
     "pev.experience._classify",
     "pev.experience._lessons",
     "pev.experience._sanitize",
+    "pev.experience._vocabulary",
 )
 # Standard-library modules that read clocks, draw randomness, log or do I/O.
 IMPURE_STDLIB = frozenset(
@@ -199,6 +203,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "pev.errors",
             "pev._json",
+            "pev._jcs",
+            "pev._canonical",
             "pev._imports",
             "pev._lazy",
             "pev.codec",
@@ -361,11 +367,12 @@ def _module_state_writes(name: str) -> list[str]:
     return found
 
 
-# The codec's dispatch tables: the encoder and the writer of each class, filled the first time a
-# value of that class is met. They are keyed by class, so they hold one entry per class of the
-# program (derived constants of its types, as its functools.cache'd field tables are), and an
-# entry never changes once written.
-PER_CLASS_TABLES = frozenset({"pev.codec:_ENCODERS", "pev.codec:_WRITERS"})
+# The codec's dispatch table: the encoder of each class, filled the first time a value of that
+# class is met. It is keyed by class, so it holds one entry per class of the program (derived
+# constants of its types, as its functools.cache'd field tables are), and an entry never changes
+# once written. (The canonical text writers of pev._canonical keep such a table per form, in
+# the writer object.)
+PER_CLASS_TABLES = frozenset({"pev.codec:_ENCODERS"})
 
 
 def test_no_module_keeps_mutable_state() -> None:

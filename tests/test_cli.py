@@ -183,13 +183,13 @@ def test_ledger_verify_passes_then_names_the_tampered_event(db: Path) -> None:
 
 
 def test_bad_database_is_a_one_line_error(tmp_path: Path) -> None:
-    """A file that is not a pev ledger gives a one-line error, not a traceback."""
+    """A file that is not a pev ledger is a one-line usage error (exit 2), not a traceback."""
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as conn:
         conn.execute("PRAGMA application_id = 42")
         conn.execute("CREATE TABLE t (x)")
     result = CliRunner().invoke(cli, ["--db", str(other), "tasks"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "another application" in result.output
     assert "Traceback" not in result.output
 

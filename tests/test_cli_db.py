@@ -140,11 +140,11 @@ def test_a_bad_url_is_one_line_exit_2(target: str, problem: str) -> None:
         assert re.search(problem, result.output)
 
 
-def test_an_unreachable_server_is_one_line_exit_1() -> None:
-    """No server at the URL: one line saying so, exit 1."""
+def test_an_unreachable_server_is_one_line_exit_2() -> None:
+    """No server at the URL: one line saying so, exit 2 (the --db given is at fault)."""
     pytest.importorskip("psycopg", reason="the postgres extra is not installed")
     result = invoke("--db", "postgresql://pev:secret@127.0.0.1:1/ledgers", "tasks")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert len(lines(result)) == 1
     assert "cannot connect" in result.output
     assert "secret" not in result.output

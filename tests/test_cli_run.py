@@ -169,7 +169,9 @@ def test_partial_run_exits_3(workdir: Path) -> None:
     assert code == 3
     assert "✗ post failed: RuntimeError: the newsroom is offline" in out
     assert "diagnosis: device_failure" in out
-    assert out.rstrip().endswith("partial/device_failure  device failure on post")
+    last = out.rstrip().splitlines()[-1]
+    assert "partial/device_failure  device failure on post" in last
+    assert "RuntimeError: the newsroom is offline" in last  # the detail names the node's error
 
 
 def test_failed_run_exits_1(workdir: Path) -> None:

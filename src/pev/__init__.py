@@ -20,6 +20,7 @@ The packages (docs/design.md says what each promises, docs/architecture.md how t
 The most used names are re-exported here.
 """
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from pev._lazy import lazy_names
 from pev.engine import (
     Agent,
     RunResult,
+    Secret,
     cancel,
     resume,
     run,
@@ -97,6 +99,10 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
     __version__ = "0.0.0"
 
+# pev logs through the "pev" logger and its children, and leaves where the lines go to the
+# application: with no handler at all, warnings would reach stderr through logging's last resort.
+logging.getLogger("pev").addHandler(logging.NullHandler())
+
 __all__ = [
     "AcceptPartial",
     "Agent",
@@ -133,6 +139,7 @@ __all__ = [
     "RunResult",
     "SQLiteStore",
     "SchemaVersionError",
+    "Secret",
     "StateError",
     "Store",
     "StoreError",

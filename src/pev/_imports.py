@@ -10,7 +10,11 @@ What a path names is used as it is, with one exception: a class is instantiated 
 arguments, since a component is an object, never a class. Ledgers written before this rule spelt
 that ``module:Class()``; the trailing ``()`` is still read.
 
-Importing runs the module's code: an import path is trusted input (docs/design.md §5.4).
+Importing runs the module's code: an import path is trusted input (docs/security.md). With
+``PEV_TRUSTED_MODULES`` set (module prefixes, comma-separated), nothing outside those prefixes is
+imported: a path naming another module is refused before its module is looked for, naming the
+path and the variable. A prefix matches whole module names: ``myapp`` trusts ``myapp`` and
+``myapp.tools``, never ``myappevil``. Set and empty, it trusts no module at all.
 """
 
 from __future__ import annotations
@@ -18,14 +22,28 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
 import re
 
 from pev.errors import UsageError
 
-__all__ = ["ImportPathError", "check_import_path", "resolve"]
+__all__ = [
+    "TRUSTED_MODULES_VARIABLE",
+    "ImportPathError",
+    "UntrustedImportError",
+    "check_import_path",
+    "check_trusted",
+    "resolve",
+    "trusted_modules",
+]
 
-_FORMAT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_MODULE = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
+_FORMAT = re.compile(rf"{_MODULE}:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_MODULE_NAME = re.compile(_MODULE)
 _LEGACY_CALL = "()"
+
+TRUSTED_MODULES_VARIABLE = "PEV_TRUSTED_MODULES"
+"""The environment variable that limits which modules import paths may name."""
 
 
 class ImportPathError(UsageError):
@@ -40,6 +58,10 @@ class ImportPathError(UsageError):
         super().__init__(problem)
         self.path = path
         self.problem = problem
+
+
+class UntrustedImportError(ImportPathError):
+    """An import path outside ``PEV_TRUSTED_MODULES``: refused, its module never imported."""
 
 
 def check_import_path(path: str) -> str:
@@ -64,7 +86,8 @@ def resolve(path: str) -> object:
             missing (with the closest name, when one is close), or the class cannot be built
             without arguments.
     """
-    target = _lookup(check_import_path(path).removesuffix(_LEGACY_CALL), path)
+    check_trusted(check_import_path(path))
+    target = _lookup(path.removesuffix(_LEGACY_CALL), path)
     if inspect.isclass(target):
         try:
             return target()
@@ -75,6 +98,50 @@ def resolve(path: str) -> object:
                 "its parameters defaults, or point at an instance",
             ) from None
     return target
+
+
+def trusted_modules() -> tuple[str, ...] | None:
+    """The module prefixes ``PEV_TRUSTED_MODULES`` names, or ``None`` when it is not set.
+
+    Raises:
+        UsageError: An entry is not a module name (``myapp``, ``myapp.tools``).
+    """
+    value = os.environ.get(TRUSTED_MODULES_VARIABLE)
+    if value is None:
+        return None
+    prefixes = tuple(entry.strip() for entry in value.split(",") if entry.strip())
+    for prefix in prefixes:
+        if not _MODULE_NAME.fullmatch(prefix):
+            raise UsageError(
+                f"{TRUSTED_MODULES_VARIABLE}: {prefix!r} is not a module name; list module "
+                "prefixes separated by commas, such as 'myapp,shared.tools'"
+            )
+    return prefixes
+
+
+def check_trusted(path: str) -> None:
+    """Refuse ``path`` when ``PEV_TRUSTED_MODULES`` is set and its module is outside it.
+
+    Raises:
+        UntrustedImportError: The module is not under any trusted prefix (nothing imported).
+        ImportPathError: ``PEV_TRUSTED_MODULES`` holds an entry that is not a module name.
+    """
+    try:
+        prefixes = trusted_modules()
+    except UsageError as exc:
+        raise ImportPathError(path, str(exc)) from None
+    if prefixes is None:
+        return
+    module = path.partition(":")[0]
+    if any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes):
+        return
+    listed = ", ".join(prefixes) if prefixes else "nothing: it is empty"
+    raise UntrustedImportError(
+        path,
+        f"{path} is outside {TRUSTED_MODULES_VARIABLE} ({listed}), so its module {module!r} "
+        f"was not imported; if you trust that code, add {module!r} to "
+        f"{TRUSTED_MODULES_VARIABLE}",
+    )
 
 
 def _lookup(name: str, path: str) -> object:

@@ -2,8 +2,9 @@
 
 Plan args, tool outputs and evidence payloads are JSON. pev keeps them frozen (objects become a
 hashable read-only :class:`JsonObject`, arrays become tuples) so a value in the ledger can never
-change after it was recorded, and it writes them in one canonical form so that digests and the
-hash chain are stable.
+change after it was recorded. Digests and equality go by their RFC 8785 (JCS) text
+(:mod:`pev._jcs`), the text ledgers keep, so a value read back has the digest it was written
+with; :func:`canonical_json` is pev's older canonical form, for display.
 """
 
 from __future__ import annotations
@@ -12,18 +13,39 @@ import hashlib
 import json
 import math
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
+from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import TypeAlias, TypeGuard, TypeVar, overload
 
+from pev._jcs import MAX_SAFE_INTEGER, jcs_json
+
 __all__ = [
+    "DEFAULT_MAX_VALUE_BYTES",
+    "DEFAULT_MAX_VALUE_DEPTH",
+    "MAX_NESTING",
+    "MAX_SAFE_INTEGER",
     "JsonObject",
     "JsonValue",
+    "ValueLimits",
     "canonical_json",
     "digest",
     "freeze_json",
     "is_json_object",
     "json_type_name",
     "thaw_json",
+    "value_problem",
 ]
+
+
+MAX_NESTING = 256
+"""The deepest nesting pev's recursive codec handles; :func:`freeze_json` refuses deeper values
+(a :class:`ValueError`, never a :class:`RecursionError`), and no depth limit may exceed it."""
+
+DEFAULT_MAX_VALUE_DEPTH = 64
+"""How deeply a value from a component (plan args, a tool's output) may nest by default."""
+
+DEFAULT_MAX_VALUE_BYTES = 1 << 20
+"""How large the JSON text of a value from a component may be by default (1 MiB)."""
 
 _T = TypeVar("_T")
 
@@ -36,8 +58,9 @@ JsonValue: TypeAlias = (
 class JsonObject(Mapping[str, "JsonValue"]):
     """A read-only, hashable JSON object: plan args, tool outputs, evidence payloads.
 
-    Equality is JSON equality (the canonical texts are compared), so it agrees with the hash:
-    an array equals it whether held as a tuple or a list, and ``1``, ``1.0`` and ``true`` differ.
+    Equality is JSON equality (the RFC 8785 texts are compared), so it agrees with the hash:
+    an array equals it whether held as a tuple or a list, ``1`` and ``1.0`` are one JSON number
+    (as a ledger reads them back), and ``true`` differs from both.
     """
 
     __slots__ = ("_hash", "_items", "_text")
@@ -48,10 +71,11 @@ class JsonObject(Mapping[str, "JsonValue"]):
         self._text: str | None = None
 
     def _canonical(self) -> str:
+        """The object's identity text: its RFC 8785 (JCS) text, kept once written."""
         if self._text is None:
-            # The dict itself, which spares the encoder its call back to _default; empty args,
-            # which most plan nodes have, need no encoder at all.
-            self._text = canonical_json(self._items) if self._items else "{}"
+            # Empty args, which most plan nodes have, need no writer at all. Integers beyond
+            # ±MAX_SAFE_INTEGER are written in full: this text identifies, it is never stored.
+            self._text = jcs_json(self._items, any_integer=True) if self._items else "{}"
         return self._text
 
     def __getitem__(self, key: str) -> JsonValue:
@@ -94,13 +118,13 @@ class JsonObject(Mapping[str, "JsonValue"]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mapping):
             return NotImplemented
-        # Python's == would call 1, 1.0 and True equal while their canonical texts (and so the
-        # hashes) differ; comparing the texts keeps equality and hashing consistent.
+        # Python's == would call 1 and True equal while their texts (and so the hashes) differ;
+        # comparing the texts keeps equality and hashing consistent.
         try:
             theirs = (
                 other._canonical()
                 if isinstance(other, JsonObject)
-                else canonical_json(freeze_json(other))
+                else jcs_json(freeze_json(other), any_integer=True)
             )
             return self._canonical() == theirs
         except (TypeError, ValueError):
@@ -119,8 +143,13 @@ def freeze_json(value: object, *, path: str = "$") -> JsonValue:
     Raises:
         TypeError: ``value`` holds something JSON cannot represent (the message names where).
         ValueError: ``value`` holds a NaN or infinite float, or text that is not valid Unicode
-            (a lone surrogate), which no UTF-8 ledger could store.
+            (a lone surrogate), which no UTF-8 ledger could store, or it nests deeper than
+            :data:`MAX_NESTING`.
     """
+    return _freeze(value, path, 0)
+
+
+def _freeze(value: object, path: str, depth: int) -> JsonValue:
     if isinstance(value, str):
         _check_text(value, path)
         return value
@@ -132,16 +161,21 @@ def freeze_json(value: object, *, path: str = "$") -> JsonValue:
         return value
     if isinstance(value, JsonObject):
         return value
+    if depth >= MAX_NESTING and isinstance(value, Mapping | list | tuple):
+        # Refused before Python's recursion limit is: a RecursionError would be nobody's error.
+        raise ValueError(f"{_shortened(path)}: nested deeper than {MAX_NESTING} levels")
     if isinstance(value, Mapping):
         frozen: dict[str, JsonValue] = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"{path}: object key {key!r} is not a string")
             _check_text(key, path)
-            frozen[key] = freeze_json(item, path=f"{path}.{key}")
+            frozen[key] = _freeze(item, f"{path}.{key}", depth + 1)
         return JsonObject(frozen)
     if isinstance(value, list | tuple):
-        return tuple(freeze_json(item, path=f"{path}[{index}]") for index, item in enumerate(value))
+        return tuple(
+            [_freeze(item, f"{path}[{index}]", depth + 1) for index, item in enumerate(value)]
+        )
     raise TypeError(f"{path}: a {type(value).__name__} is not a JSON value")
 
 
@@ -180,14 +214,27 @@ _CANONICAL = json.JSONEncoder(
 
 
 def canonical_json(value: object) -> str:
-    """The canonical text of a JSON value: sorted keys, no spaces, UTF-8, no NaN."""
+    """The canonical text of a JSON value in pev's own form: sorted keys, no spaces, UTF-8.
+
+    Floats are written as Python writes them (``1.0``, ``1e-07``): the text of ledger events of
+    schema 1, and what pev shows. Digests and new ledger events use RFC 8785 (:func:`digest`).
+    """
     return _CANONICAL.encode(value)
 
 
 def digest(value: object) -> str:
-    """The sha256 hex digest of the canonical JSON of ``value``."""
-    # A JsonObject (plan args) keeps its canonical text, so it is encoded at most once.
-    text = value._canonical() if isinstance(value, JsonObject) else canonical_json(value)
+    """The sha256 hex digest of the RFC 8785 (JCS) canonical JSON of ``value``.
+
+    JCS, the text ledger events are kept in, so that a value read back from a ledger has the
+    digest it had when written (a float with an integral value reads back as an integer: ``1.0``
+    and ``1`` are one JSON number, with one digest). Integers beyond ±:data:`MAX_SAFE_INTEGER`
+    are written in full.
+    """
+    # A JsonObject (plan args) keeps its text, so it is encoded at most once.
+    if isinstance(value, JsonObject):
+        text = value._canonical()
+    else:
+        text = jcs_json(value, any_integer=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -213,3 +260,201 @@ def json_type_name(value: object) -> str:
     if isinstance(value, list | tuple):
         return "array"
     return type(value).__name__
+
+
+# -- what a component may hand pev ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ValueLimits:
+    """How deep and how large a value from a component may be; a task's policy sets both.
+
+    Attributes:
+        max_depth: The most arrays and objects nested in one another (``{}`` is 1 deep).
+        max_bytes: The most UTF-8 bytes of the value's canonical JSON text.
+    """
+
+    max_depth: int = DEFAULT_MAX_VALUE_DEPTH
+    max_bytes: int = DEFAULT_MAX_VALUE_BYTES
+
+
+_KEY_SHOWN = 40  # characters of a key shown in a path
+_PATH_SHOWN = 160  # characters of a path shown
+_END = object()
+
+
+class _Frame:
+    """A container being walked: its items, its depth, and the key or index of the item now."""
+
+    __slots__ = ("depth", "items", "step")
+
+    def __init__(self, items: Iterator[tuple[str | int, object]], depth: int) -> None:
+        self.items = items
+        self.depth = depth
+        self.step: str | int = 0
+
+
+def value_problem(
+    value: object, limits: ValueLimits | None = None, *, path: str = "$"
+) -> str | None:
+    """The first reason pev cannot record ``value`` as JSON, or ``None`` when it can.
+
+    A value can be recorded when it holds only ``None``, booleans, integers within
+    ``±MAX_SAFE_INTEGER``, finite floats, valid Unicode text, lists or tuples, and mappings with
+    text keys, nests at most ``limits.max_depth`` deep and writes at most ``limits.max_bytes``
+    bytes of canonical JSON. The walk is iterative (a value nested 100,000 deep is a problem,
+    not a :class:`RecursionError`), stops at the first problem or once past a limit, and never
+    raises: a mapping whose items cannot be read is a problem too. The message names the place
+    (``$.rooms[2]``), and a limit by its ``RecoveryPolicy`` field.
+    """
+    limits = limits or ValueLimits()
+    stack: list[_Frame] = []
+    try:
+        size, problem = _walk(value, limits, stack)
+    except Exception as exc:  # noqa: BLE001 - a component's own object may refuse to be read
+        size, problem = 0, f"reading it raised {type(exc).__name__}"
+    if problem is not None:
+        return _safe_text(f"{_spell(path, stack)}: {problem}")
+    if size > limits.max_bytes:
+        return _safe_text(
+            f"{path}: more than {limits.max_bytes} bytes as JSON, past the limit "
+            f"RecoveryPolicy.max_value_bytes={limits.max_bytes}"
+        )
+    return None
+
+
+def _walk(value: object, limits: ValueLimits, stack: list[_Frame]) -> tuple[int, str | None]:
+    """The bytes of ``value`` as JSON (up to just past the budget), or its first problem."""
+    budget, max_depth = limits.max_bytes, limits.max_depth
+    size, problem = _scalar_size(value, budget)
+    if size < 0:
+        size, problem = _open(value, stack, 1, max_depth, budget)
+    while stack and problem is None and size <= budget:
+        frame = stack[-1]
+        step, item = next(frame.items, (0, _END))
+        if item is _END:
+            stack.pop()
+            continue
+        frame.step = step
+        if isinstance(step, str):  # an object's key, then its colon
+            added = _text_size(step, budget - size)
+            if added < 0:
+                return size, f"object key: {_bad_text(step)}"
+            size += added + 1
+        added, problem = _scalar_size(item, budget - size)
+        if added < 0:
+            added, problem = _open(item, stack, frame.depth + 1, max_depth, budget - size)
+        size += added
+    return size, problem
+
+
+def _scalar_size(item: object, budget: int) -> tuple[int, str | None]:
+    """The bytes of a scalar as JSON, or why it cannot be; ``-1`` for anything else."""
+    if isinstance(item, str):
+        added = _text_size(item, budget)
+        return (0, _bad_text(item)) if added < 0 else (added, None)
+    if item is None or item is True:
+        return 4, None
+    if item is False:
+        return 5, None
+    if isinstance(item, int):
+        if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+            return len(int.__repr__(item)), None
+        return 0, (
+            f"the integer {_int_text(item)} is past ±(2**53-1), the largest integer a JSON "
+            "number carries exactly; pass it as a string"
+        )
+    if isinstance(item, float):
+        if math.isfinite(item):
+            return len(float.__repr__(item)), None
+        return 0, f"{item} is not a JSON number"
+    return -1, None
+
+
+def _open(
+    item: object, stack: list[_Frame], depth: int, max_depth: int, budget: int
+) -> tuple[int, str | None]:
+    """Start walking a container: its own bytes (brackets, commas), or why it cannot be."""
+    if isinstance(item, list | tuple):
+        items: list[tuple[str | int, object]] | Iterator[tuple[str | int, object]]
+        items, count = enumerate(item), len(item)
+    elif isinstance(item, Mapping):
+        try:
+            # A component's own mapping may fail to be read; a JsonObject is read directly.
+            pairs = list(item._items.items() if isinstance(item, JsonObject) else item.items())
+        except Exception as exc:  # noqa: BLE001 - whatever it raised is the problem
+            return 0, f"reading its items raised {type(exc).__name__}"
+        for key, _ in pairs:
+            if not isinstance(key, str):
+                return 0, f"object key {_shown(key)} is not a string"
+        items, count = iter(pairs), len(pairs)
+    else:
+        return 0, f"a {type(item).__name__} is not a JSON value"
+    if depth > max_depth:
+        return 0, (
+            f"nested deeper than {max_depth} levels, past the limit "
+            f"RecoveryPolicy.max_value_depth={max_depth}"
+        )
+    size = 1 + max(count, 1)  # the brackets and the commas
+    if size <= budget:
+        stack.append(_Frame(iter(items), depth))
+    return size, None
+
+
+def _text_size(text: str, budget: int) -> int:
+    """The bytes of ``text`` as a JSON string; -1 if it is not valid Unicode.
+
+    Past ``budget`` the size is only bounded below: the caller stops there anyway.
+    """
+    if len(text) > budget:
+        return len(text) + 2  # every character is at least one byte
+    quoted = encode_basestring(text)
+    if text.isascii():
+        return len(quoted)
+    try:
+        return len(quoted.encode("utf-8"))
+    except UnicodeEncodeError:
+        return -1
+
+
+def _shown(value: object) -> str:
+    """A short ``repr`` of a value, which may refuse to be shown."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a component's own object
+        return f"of type {type(value).__name__}"
+    return text if len(text) <= _KEY_SHOWN else text[:_KEY_SHOWN] + "…"
+
+
+def _bad_text(text: str) -> str:
+    index = next((i for i, char in enumerate(text) if "\ud800" <= char <= "\udfff"), 0)
+    return f"text that is not valid Unicode (a lone surrogate at index {index})"
+
+
+def _int_text(number: int) -> str:
+    if abs(number) < 10**30:
+        return str(number)
+    return f"of about {int(number.bit_length() * math.log10(2)) + 1} digits"
+
+
+def _spell(root: str, stack: list[_Frame]) -> str:
+    text = root
+    for frame in stack:
+        step = frame.step
+        if isinstance(step, int):
+            text += f"[{step}]"
+        else:
+            text += f".{step if len(step) <= _KEY_SHOWN else step[:_KEY_SHOWN] + '…'}"
+    return _shortened(text)
+
+
+def _shortened(path: str) -> str:
+    """A path of at most about :data:`_PATH_SHOWN` characters: its start and its end."""
+    if len(path) <= _PATH_SHOWN:
+        return path
+    return f"{path[: _PATH_SHOWN // 2]}…{path[-_PATH_SHOWN // 2 :]}"
+
+
+def _safe_text(text: str) -> str:
+    """``text`` with anything UTF-8 cannot hold (a lone surrogate) escaped, so it can be stored."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

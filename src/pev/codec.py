@@ -1,7 +1,8 @@
 """The one codec between pev's frozen values and JSON.
 
 Domain types know nothing of JSON: stores, the ledger and adapters call :func:`encode` /
-:func:`decode` (plain JSON structures) or :func:`dumps` / :func:`loads` (canonical text). Decoding
+:func:`decode` (plain JSON structures) or :func:`dumps` / :func:`loads` (canonical text;
+:func:`dumps_jcs` for the RFC 8785 text new ledger events are hashed in). Decoding
 is driven by type hints and is strict: an unknown field, a missing required field, a wrong type
 or an unknown ``kind`` is a :class:`~pev.errors.CodecError` naming where it is.
 
@@ -23,19 +24,27 @@ import dataclasses
 import enum
 import functools
 import json
-import math
-import operator
 import types
 import typing
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from json.encoder import encode_basestring
 from typing import Any, Literal, TypeVar, Union, cast
 
+from pev._canonical import (
+    ADDED,
+    dataclass_fields,
+    encode_bytes,
+    encode_datetime,
+    is_added,
+    jcs_dumps,
+    pev_dumps,
+    tag_of,
+)
+from pev._jcs import MAX_SAFE_INTEGER, jcs_loads
 from pev._json import JsonObject, JsonValue, canonical_json, freeze_json
 from pev.errors import CodecError, PevError
 
-__all__ = ["ADDED", "decode", "dumps", "encode", "loads"]
+__all__ = ["ADDED", "MAX_SAFE_INTEGER", "decode", "dumps", "dumps_jcs", "encode", "loads"]
 
 T = TypeVar("T")
 
@@ -45,15 +54,6 @@ class _JsonValueHint:
 
 
 _LOCAL_HINTS = {"JsonValue": _JsonValueHint}
-
-ADDED: Mapping[str, object] = types.MappingProxyType({"pev.codec.added": True})
-"""Field metadata of a field added after values of its class were written to ledgers:
-``field(default=..., metadata=codec.ADDED)``. It is left out of the JSON while it holds its
-default, so older events keep their canonical text and their hashes."""
-
-
-def _added(field: dataclasses.Field[Any]) -> bool:
-    return bool(field.metadata.get("pev.codec.added"))
 
 
 def encode(value: object) -> object:
@@ -82,10 +82,6 @@ def _encode_set(value: frozenset[object] | set[object]) -> object:
     return sorted((encode(item) for item in value), key=canonical_json)
 
 
-def _encode_bytes(value: bytes) -> object:
-    return base64.b64encode(value).decode("ascii")
-
-
 def _encoder_for(cls: type) -> Callable[[Any], object]:
     encoder: Callable[[Any], object]
     if issubclass(cls, enum.Enum):
@@ -101,9 +97,9 @@ def _encoder_for(cls: type) -> Callable[[Any], object]:
     elif issubclass(cls, frozenset | set):
         encoder = _encode_set
     elif issubclass(cls, datetime):
-        encoder = _encode_datetime
+        encoder = encode_datetime
     elif issubclass(cls, bytes):
-        encoder = _encode_bytes
+        encoder = encode_bytes
     else:
         raise CodecError(f"a value of type {cls.__name__} cannot be encoded as JSON")
     _ENCODERS[cls] = encoder
@@ -115,9 +111,9 @@ def _encode_enum(value: enum.Enum) -> object:
 
 
 def _dataclass_encoder(cls: type) -> Callable[[Any], object]:
-    names = tuple(field.name for field in _fields(cls) if not _added(field))
-    added = tuple((field.name, field.default) for field in _fields(cls) if _added(field))
-    tag = _tag_of(cls)
+    names = tuple(field.name for field in dataclass_fields(cls) if not is_added(field))
+    added = tuple((field.name, field.default) for field in dataclass_fields(cls) if is_added(field))
+    tag = tag_of(cls)
 
     def encode_dataclass(value: object) -> object:
         out: dict[str, object] = {"kind": tag} if tag is not None else {}
@@ -133,25 +129,46 @@ def _dataclass_encoder(cls: type) -> Callable[[Any], object]:
 
 
 def dumps(value: object) -> str:
-    """The canonical JSON text of a pev value (sorted keys, no spaces).
+    """The canonical JSON text of a value in pev's own form: sorted keys, no spaces, UTF-8, no NaN.
 
     It is exactly ``canonical_json(encode(value))``, written in one pass without the
-    intermediate dicts: every event the ledger seals goes through here.
+    intermediate dicts. It is the text of event schema 1 (floats as Python writes them: ``1.0``,
+    ``-0.0``, ``1e-07``); new ledger events are written with :func:`dumps_jcs`.
     """
-    writer = _WRITERS.get(type(value))
-    if writer is None:
-        writer = _writer_for(type(value))
-    return writer(value)
+    return pev_dumps(value)
 
 
-def loads(text: str | bytes, into: type[T] | Any) -> T:
+def dumps_jcs(value: object) -> str:
+    """The RFC 8785 (JCS) canonical JSON text of a value: the text new ledger events are hashed in.
+
+    Numbers are written as ECMAScript writes them (``1.0`` as ``1``, ``1e-7`` as ``1e-7``) and
+    object keys sorted by UTF-16 code units, so any language can write the text again from the
+    parsed JSON (docs/ledger-format.md). A float with an integral value so reads back as an int;
+    a float-typed field decodes it as a float again.
+
+    Raises:
+        CodecError: A value JSON cannot hold, or an integer beyond ±:data:`MAX_SAFE_INTEGER`
+            (pass such numbers as strings).
+        ValueError: A NaN or infinite float.
+    """
+    return jcs_dumps(value)
+
+
+def loads(text: str | bytes, into: type[T] | Any, *, jcs: bool = False) -> T:
     """Parse canonical (or any) JSON text into ``into``.
+
+    Args:
+        text: The JSON text.
+        into: The type to build.
+        jcs: Read numbers as RFC 8785 does (every number a double): an integer beyond
+            ±:data:`MAX_SAFE_INTEGER` is then the float it was written from. For texts
+            written by :func:`dumps_jcs`.
 
     Raises:
         CodecError: The text is not JSON or does not fit the type.
     """
     try:
-        data = json.loads(text)
+        data = jcs_loads(text) if jcs else json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise CodecError(f"not valid JSON: {exc}") from exc
     return cast("T", decode(data, into))
@@ -164,13 +181,6 @@ def decode(data: object, into: type[T] | Any, *, path: str = "$") -> T:
         CodecError: ``data`` does not fit ``into``; the error's ``path`` says where.
     """
     return cast("T", _decode(data, into, path))
-
-
-def _encode_datetime(value: datetime) -> str:
-    if value.tzinfo is None:
-        raise CodecError("naive datetimes are ambiguous; use an aware UTC datetime")
-    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
-    return utc.isoformat().replace("+00:00", "Z")
 
 
 # Filled once per class: a table of classes, not a cache of values.
@@ -187,196 +197,9 @@ _ENCODERS: dict[type, Callable[[Any], object]] = {
     list: _encode_sequence,
     frozenset: _encode_set,
     set: _encode_set,
-    datetime: _encode_datetime,
-    bytes: _encode_bytes,
+    datetime: encode_datetime,
+    bytes: encode_bytes,
 }
-
-
-# -- canonical text, written directly -----------------------------------------------------
-#
-# `dumps` mirrors `encode` type for type, but writes text as it goes, byte for byte what the
-# canonical JSON encoder (`pev._json.canonical_json`) makes of `encode`'s output: keys sorted,
-# no spaces, UTF-8, no NaN. A dataclass's keys are sorted once per class into a template, so
-# writing one is a single `%` of its fields' texts.
-
-
-def _write_float(value: float) -> str:
-    if not math.isfinite(value):
-        raise ValueError("Out of range float values are not JSON compliant")
-    return float.__repr__(value)
-
-
-def _write_bool(value: bool) -> str:
-    return "true" if value else "false"
-
-
-def _write_none(_: None) -> str:
-    return "null"
-
-
-def _write_datetime(value: datetime) -> str:
-    return _write_utc_time(value) if value.tzinfo is UTC else _write_any_time(value)
-
-
-# A UTC time's isoformat, "Z" for "+00:00", quoted; `%` is the quickest way to fill them in.
-_UTC_TIME = '"%04d-%02d-%02dT%02d:%02d:%02dZ"'
-_UTC_TIME_MICROSECONDS = '"%04d-%02d-%02dT%02d:%02d:%02d.%06dZ"'
-
-
-def _write_utc_time(value: datetime) -> str:
-    # What _write_any_time writes for a UTC time (isoformat, then "Z"), spelled out: it takes
-    # half the time, and every event holds one or two times never written before.
-    fields = (value.year, value.month, value.day, value.hour, value.minute, value.second)
-    if value.microsecond:
-        return _UTC_TIME_MICROSECONDS % (*fields, value.microsecond)
-    return _UTC_TIME % fields
-
-
-def _write_any_time(value: datetime) -> str:
-    return f'"{_encode_datetime(value)}"'
-
-
-def _write_mapping(value: Mapping[object, object]) -> str:
-    if not value:
-        return "{}"
-    items = {str(key): item for key, item in value.items()}
-    return (
-        "{"
-        + ",".join([f"{encode_basestring(key)}:{dumps(items[key])}" for key in sorted(items)])
-        + "}"
-    )
-
-
-def _write_sequence(value: tuple[object, ...] | list[object]) -> str:
-    if not value:
-        return "[]"
-    writers = _WRITERS  # `dumps` inlined, as in _dataclass_writer
-    return (
-        "["
-        + ",".join([(writers.get(type(item)) or _writer_for(type(item)))(item) for item in value])
-        + "]"
-    )
-
-
-def _write_set(value: frozenset[object] | set[object]) -> str:
-    return "[" + ",".join(sorted([dumps(item) for item in value])) + "]"
-
-
-def _write_bytes(value: bytes) -> str:
-    return f'"{_encode_bytes(value)}"'
-
-
-def _enum_writer(cls: type[enum.Enum]) -> Callable[[Any], str]:
-    # An enum's members are constants, so each one's text is written once (a per-class table).
-    texts: dict[enum.Enum, str] = {}
-
-    def write_enum(value: enum.Enum) -> str:
-        text = texts.get(value)
-        if text is None:
-            text = texts[value] = dumps(value.value)
-        return text
-
-    return write_enum
-
-
-def _dataclass_writer(cls: type) -> Callable[[Any], str]:
-    if any(_added(field) for field in _fields(cls)):
-        # Which keys appear depends on the value: no fixed template (such classes are rare and
-        # written seldom, a task's policy once per task).
-        encoder = _dataclass_encoder(cls)
-        return lambda value: canonical_json(cast("JsonValue", encoder(value)))
-    tag = _tag_of(cls)
-    names = sorted(field.name for field in _fields(cls))
-    keys = sorted([*names, "kind"]) if tag is not None else names
-    # A `%` template of the sorted keys, with the tag's text in place and a slot per field.
-    parts = [
-        _literal(f"{encode_basestring(key)}:")
-        + ("%s" if key in names else _literal(encode_basestring(str(tag))))
-        for key in keys
-    ]
-    template = "{" + ",".join(parts) + "}"
-    if not names:
-        return lambda _: template % ()
-    if len(names) == 1:
-        get_one = operator.attrgetter(names[0])
-        return lambda value: template % dumps(get_one(value))
-    get_all = operator.attrgetter(*names)
-    writers = _WRITERS
-
-    def write_dataclass(value: object) -> str:
-        # `dumps` inlined: most fields are strings and numbers, whose writers are C functions.
-        return template % tuple(
-            [(writers.get(type(item)) or _writer_for(type(item)))(item) for item in get_all(value)]
-        )
-
-    return write_dataclass
-
-
-def _literal(text: str) -> str:
-    """``text`` as it must appear in a ``%`` template to come out unchanged."""
-    return text.replace("%", "%%")
-
-
-def _writer_for(cls: type) -> Callable[[Any], str]:
-    writer: Callable[[Any], str]
-    if issubclass(cls, enum.Enum):
-        writer = _enum_writer(cls)
-    elif dataclasses.is_dataclass(cls):
-        writer = _dataclass_writer(cls)
-    elif issubclass(cls, bool):
-        writer = _write_bool
-    elif issubclass(cls, str):
-        writer = encode_basestring
-    elif issubclass(cls, int):
-        writer = int.__repr__
-    elif issubclass(cls, float):
-        writer = _write_float
-    elif issubclass(cls, Mapping):
-        writer = _write_mapping
-    elif issubclass(cls, tuple | list):
-        writer = _write_sequence
-    elif issubclass(cls, frozenset | set):
-        writer = _write_set
-    elif issubclass(cls, datetime):
-        writer = _write_datetime if cls is datetime else _write_any_time
-    elif issubclass(cls, bytes):
-        writer = _write_bytes
-    else:
-        raise CodecError(f"a value of type {cls.__name__} cannot be encoded as JSON")
-    _WRITERS[cls] = writer
-    return writer
-
-
-# Filled once per class: a table of classes, not a cache of values.
-_WRITERS: dict[type, Callable[[Any], str]] = {
-    str: encode_basestring,
-    int: int.__repr__,
-    float: _write_float,
-    bool: _write_bool,
-    type(None): _write_none,
-    dict: _write_mapping,
-    JsonObject: _write_mapping,
-    types.MappingProxyType: _write_mapping,
-    tuple: _write_sequence,
-    list: _write_sequence,
-    frozenset: _write_set,
-    set: _write_set,
-    datetime: _write_datetime,
-    bytes: _write_bytes,
-}
-
-
-@functools.cache  # per class, once: a table of classes, not a cache of values
-def _tag_of(cls: type) -> str | None:
-    if "kind" in {field.name for field in _fields(cls)}:
-        return None
-    tag = getattr(cls, "kind", None)
-    return tag if isinstance(tag, str) else None
-
-
-@functools.cache  # per class, once: a table of classes, not a cache of values
-def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
-    return dataclasses.fields(cls)
 
 
 @functools.cache  # per class, once: a table of classes, not a cache of values
@@ -462,7 +285,7 @@ def _tags(options: tuple[Any, ...]) -> dict[str, type]:
         for member in options
         if isinstance(member, type)
         and dataclasses.is_dataclass(member)
-        and (tag := _tag_of(member)) is not None
+        and (tag := tag_of(member)) is not None
     }
 
 
@@ -526,8 +349,8 @@ def _decode_datetime(text: str, path: str) -> datetime:
 
 def _decode_dataclass(data: object, cls: type, path: str) -> object:
     obj = _expect(data, dict, path)
-    tag = _tag_of(cls)
-    fields = {field.name: field for field in _fields(cls)}
+    tag = tag_of(cls)
+    fields = {field.name: field for field in dataclass_fields(cls)}
     for key in obj:
         if key not in fields and not (key == "kind" and tag is not None):
             _fail(path, f"{cls.__name__} has no field {key!r}")

@@ -9,7 +9,8 @@ kernel decides on; the exceptions here are for misuse, invalid input and broken 
     ├── StateError           an operation the task's current state does not allow
     ├── CodecError           a value that cannot be encoded, or stored data that cannot be decoded
     ├── UsageError           pev was called in a way it cannot serve (a bug in the caller)
-    │   └── ComponentError   a planner, executor, tools, verifier or observer that will not do
+    │   ├── ComponentError   a planner, executor, tools, verifier or observer that will not do
+    │   └── PolicyError      a RecoveryPolicy field out of range (also a ValueError)
     ├── LeaseError           who drives a task: a lease that cannot be had or was lost
     │   ├── LeaseHeld        another live driver holds the task's lease
     │   └── LeaseLost        this driver's lease was taken over; it must write nothing more
@@ -42,6 +43,7 @@ __all__ = [
     "LedgerCorruptError",
     "PevError",
     "PlanError",
+    "PolicyError",
     "SchemaVersionError",
     "StateError",
     "StoreError",
@@ -123,6 +125,22 @@ class ComponentError(UsageError):
     def __init__(self, message: str, *, role: str) -> None:
         super().__init__(message)
         self.role = role
+
+
+class PolicyError(UsageError, ValueError):
+    """A ``RecoveryPolicy`` field holds a value no task can run with; nothing was built.
+
+    It is a ``ValueError`` too, as a bad argument value is in Python.
+
+    Attributes:
+        field: The field at fault (``replan_timeout_s``, ``max_nodes``, ...).
+        value: The value it was given.
+    """
+
+    def __init__(self, message: str, *, field: str, value: object) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
 
 
 class LeaseError(PevError):

@@ -183,13 +183,16 @@ async def test_arrays_and_objects_arrive_as_plain_lists_and_dicts() -> None:
 
 
 async def test_an_exception_becomes_a_device_failure() -> None:
-    """A raised exception is DeviceFailure naming its type and message."""
+    """A raised exception is DeviceFailure naming its type, message and the tool's frame."""
 
     @tool
     def grip() -> None:
         raise RuntimeError("gripper jammed")
 
-    assert await _run(grip) == DeviceFailure("n1", "RuntimeError: gripper jammed")
+    result = await _run(grip)
+    assert isinstance(result, DeviceFailure)
+    assert result.error.startswith("RuntimeError: gripper jammed at test_tools_executor.py:")
+    assert result.error.endswith(" in grip")
 
 
 async def test_an_action_that_raised_reported_its_outcome() -> None:
@@ -212,7 +215,10 @@ async def test_the_tools_own_timeout_error_is_an_ordinary_failure() -> None:
     async def fetch() -> None:
         raise TimeoutError("socket timed out")
 
-    assert await _run(fetch) == DeviceFailure("n1", "TimeoutError: socket timed out")
+    result = await _run(fetch)
+    assert isinstance(result, DeviceFailure)
+    assert not result.is_timeout
+    assert result.error.startswith("TimeoutError: socket timed out at test_tools_executor.py:")
 
 
 async def test_an_exception_that_is_not_an_exception_propagates() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -264,6 +265,10 @@ async def test_a_clean_draft_replaces_the_template(claims: Claims, store: Any) -
         pytest.param("Refile CLM-7781 after checking it.", id="argument-value"),
         pytest.param("Ask Dana Whitfield before filing again.", id="name"),
         pytest.param("Wait 30 seconds, then file again.", id="number"),
+        pytest.param("Wait twelve seconds, then file again.", id="number-in-words"),
+        pytest.param("Ask the night desk before a new submit.", id="entity"),
+        pytest.param("Use password hunter two when the submit fails.", id="credential-in-words"),
+        pytest.param("提交失败后\uff0c先检查再重试。", id="another-script"),
     ],
 )
 async def test_a_draft_failing_the_sanitiser_keeps_the_template(
@@ -281,9 +286,9 @@ async def test_a_task_whose_specifics_are_in_a_drafted_text_does_not_support_it(
     claims: Claims, store: Any
 ) -> None:
     """A later task's literal found in the drafted text keeps that task out of its support."""
-    book = LessonBook(store, drafter=lambda request: "Ask the night desk before a new submit.")
+    book = LessonBook(store, drafter=lambda request: "Look again before a new submit.")
     await _promote(claims, book)
-    state = await claims.mixed("night desk")
+    state = await claims.mixed("look again")
     await book.record(state)
     lesson = await book.get(PLAN_ERROR_SUBMIT.id)
     assert lesson is not None
@@ -372,6 +377,20 @@ async def test_active_respects_the_limit(claims: Claims, store: Any) -> None:
     await book.record(await claims.device_failure("claim 2"))
     assert len(await book.active(tools=["submit"])) == 1
     assert len(await book.active(tools=["submit"], limit=5)) == 2
+
+
+async def test_a_stored_lesson_failing_the_sanitiser_never_applies(
+    claims: Claims, book: LessonBook
+) -> None:
+    """An active lesson whose text the sanitiser now drops is not given to planners."""
+    await _promote(claims, book)
+    lesson = await book.get(PLAN_ERROR_SUBMIT.id)
+    assert lesson is not None
+    assert await book.active(tools=["submit"]) == (lesson,)
+    leaky = replace(lesson, text="Ask the night desk before a new submit.", drafted=True)
+    await book.store.save_lesson(leaky)
+    assert await book.active(tools=["submit"]) == ()
+    assert await book.active() == ()
 
 
 async def test_lessons_survive_in_the_ledger_store(claims: Claims, book: LessonBook) -> None:

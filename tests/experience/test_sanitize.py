@@ -55,6 +55,19 @@ ADVERSARIAL = [
     pytest.param(
         "Ask Dana before retrying.", "a name (a capitalised word inside a sentence)", id="name"
     ),
+    pytest.param("Move back twelve centimetres.", "a number in words", id="number-in-words"),
+    pytest.param("Use password hunter again.", "a credential in words", id="credential-in-words"),
+    pytest.param(
+        "Observe the scene again, then 重试.",
+        "characters outside plain ASCII (another script, or look-alikes)",
+        id="another-script",
+    ),
+    pytest.param(
+        "Grasp the crimson mug beside the kettle.",
+        "a word outside the lesson vocabulary",
+        id="object-words",
+    ),
+    pytest.param("Set the mode to 'fast' first.", "code or a quoted value", id="single-quoted"),
     pytest.param("Retry once\nand then stop.", "more than one line", id="two-lines"),
     pytest.param("", "empty", id="empty"),
     pytest.param("Retry it. " * 40, "longer than 300 characters", id="too-long"),
@@ -93,9 +106,9 @@ def test_adversarial_texts_are_rejected(text: str, why: str) -> None:
 CLEAN = [
     "After a pick step fails verification, observe the scene again before retrying it.",
     "When an action fails on its device, do not send it again blindly.",
-    "Check the object's pose again before grasping it a second time.",
-    "Look before you leap. Then act once, and check what changed.",
-    "Prefer a fresh observation over an old one when re-planning a step (even a small one).",
+    "Check the object's pose again before grasping it again.",
+    "Look before you act. Then act once, and check what changed.",
+    "Prefer a fresh observation over an old one when re-planning a step (even a simple one).",
 ]
 
 
@@ -134,7 +147,8 @@ def test_short_literals_forbid_nothing() -> None:
 def test_literals_match_whole_words_only() -> None:
     """The literal ``tray`` does not forbid ``astray``."""
     assert sanitize("Plans that go astray need a fresh look.", forbidden_literals=["tray"])
-    assert sanitize("Put it in the tray.", forbidden_literals=["tray"]) is None
+    problems = lesson_problems("Put it in the tray.", forbidden_literals=["tray"])
+    assert "a literal value of a source task" in problems
 
 
 @pytest.mark.parametrize(

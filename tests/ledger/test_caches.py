@@ -4,7 +4,7 @@ The fold, the chain, the index row and the codec keep no values at module level.
 :class:`~pev.ledger.Ledger` keeps the heads of its recent tasks (state, chain head and title: a
 bounded cache of its own), and :func:`~pev.ledger.seal` hands the texts it hashed to the store
 along with the entries, so the SQLite store writes them without encoding any event a second
-time, byte for byte as before.
+time, byte for byte what encoding them again would give.
 """
 
 from __future__ import annotations
@@ -21,14 +21,18 @@ import pytest
 from tests.support import builders
 from tests.support.builders import T0
 
+import pev._canonical
+import pev._jcs
 import pev.ledger._chain
+import pev.ledger._checks
 import pev.ledger._ledger
 import pev.ledger._machine
 import pev.ledger._state
 import pev.ledger._summary
 from pev import codec
+from pev._jcs import jcs_json
 from pev._json import canonical_json
-from pev.ledger import GENESIS_HASH, Ledger, LedgerEntry, replay, seal, summarize
+from pev.ledger import GENESIS_HASH, Ledger, LedgerEntry, replay, seal, summarize, verify_chain
 from pev.ledger._chain import Sealed, entry_texts
 from pev.model import Plan, PlanNode, TaskId, VerificationContract, VerificationMode
 from pev.stores import MemoryStore, SQLiteStore
@@ -92,7 +96,10 @@ def test_summarize_needs_no_memo() -> None:
 
 MODULES = [
     codec,
+    pev._canonical,
+    pev._jcs,
     pev.ledger._chain,
+    pev.ledger._checks,
     pev.ledger._ledger,
     pev.ledger._machine,
     pev.ledger._state,
@@ -152,17 +159,27 @@ def reseal(entries: list[LedgerEntry]) -> list[tuple[LedgerEntry, ...]]:
 
 
 @pytest.mark.parametrize("name", ["local_replan_then_pass", "device_failure_partial"])
-def test_sealing_writes_the_golden_bytes(name: str) -> None:
-    """Sealed again, a golden history gives the very entries and lines it was recorded with."""
-    lines, entries = golden_entries(name)
+def test_sealing_hands_over_the_texts_it_hashed(name: str) -> None:
+    """Sealed again, a golden history's batches carry each entry's JCS texts, as encoded anew."""
+    _, entries = golden_entries(name)
     batches = reseal(entries)
     resealed = [entry for batch in batches for entry in batch]
-    assert resealed == entries
-    assert [codec.dumps(entry) for entry in resealed] == lines
+    assert [(e.seq, e.at, e.event) for e in resealed] == [(e.seq, e.at, e.event) for e in entries]
+    assert verify_chain(entries[0].task_id, resealed).ok
     for batch in batches:
         assert isinstance(batch, Sealed)
-        expected = [(codec.dumps(e.at), codec.dumps(e.event)) for e in batch]
+        expected = [(codec.dumps(e.at), codec.dumps_jcs(e.event)) for e in batch]
         assert list(entry_texts(batch)) == expected == list(entry_texts(list(batch)))
+
+
+@pytest.mark.parametrize("name", ["local_replan_then_pass", "device_failure_partial"])
+def test_recorded_entries_bring_their_own_schema_texts(name: str) -> None:
+    """Entries read back from a golden ledger (schema 1) are written in pev's own form again."""
+    lines, entries = golden_entries(name)
+    recorded = [json.loads(line) for line in lines]
+    assert [text for _, text in entry_texts(entries)] == [
+        canonical_json(line["event"]) for line in recorded
+    ]
 
 
 def _stored_rows(path: Path) -> list[tuple[object, ...]]:
@@ -190,5 +207,5 @@ async def test_the_sqlite_store_keeps_the_same_bytes_with_or_without_sealed_text
     sealed = _stored_rows(tmp_path / "sealed.db")
     assert sealed == _stored_rows(tmp_path / "plain.db")
     recorded = [json.loads(line) for line in lines]
-    assert [row[5] for row in sealed] == [canonical_json(line["event"]) for line in recorded]
+    assert [row[5] for row in sealed] == [jcs_json(line["event"]) for line in recorded]
     assert [row[2] for row in sealed] == [json.dumps(line["at"]) for line in recorded]

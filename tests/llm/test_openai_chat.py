@@ -137,12 +137,11 @@ async def test_an_unreachable_server_is_an_llm_error() -> None:
 
 
 def test_repr_shows_no_credentials() -> None:
-    """Neither the key nor a password in the URL appear in the repr."""
-    chat = OpenAIChat("m", base_url="http://user:hunter2@localhost:8000/v1", api_key=API_KEY)
+    """The key does not appear in the repr (a URL with a password is refused: test_base_url)."""
+    chat = OpenAIChat("m", base_url="http://localhost:8000/v1", api_key=API_KEY)
     text = repr(chat)
     assert "localhost:8000" in text
     assert API_KEY not in text
-    assert "hunter2" not in text
 
 
 def test_the_hosted_api_needs_a_key() -> None:

@@ -64,13 +64,15 @@ async def test_node_results_pass_through(result: NodeResult) -> None:
 
 
 async def test_exceptions_become_device_failures() -> None:
-    """An exception becomes DeviceFailure(node.id, "Type: message")."""
+    """An exception becomes DeviceFailure(node.id, "Type: message at file:line in function")."""
 
     def arm(**_: object) -> None:
         raise ConnectionError("arm offline")
 
     result = await FunctionExecutor({"arm": arm}).execute(MOVE, node_context())
-    assert result == DeviceFailure("move", "ConnectionError: arm offline")
+    assert result == DeviceFailure(
+        "move", "ConnectionError: arm offline at test_executor.py:70 in arm"
+    )
 
 
 async def test_wrong_arguments_become_device_failures() -> None:

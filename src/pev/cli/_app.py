@@ -1,8 +1,9 @@
 """The `pev` command line: the group, and its commands that read, migrate and demonstrate.
 
-Here: tasks, show, ledger verify, lessons, db upgrade and demo. The commands that drive tasks
-(run, submit, worker, resume, cancel) are in :mod:`pev.cli._drive`; what all commands share is
-in :mod:`pev.cli._common`.
+Here: tasks, show, lessons, db upgrade, demo, and the ``ledger`` group. The commands that drive
+tasks (run, submit, worker, resume, cancel) are in :mod:`pev.cli._drive`; ``ledger verify`` and
+``ledger anchor`` in :mod:`pev.cli._integrity`; what all commands share in
+:mod:`pev.cli._common`.
 
 Every command opens the store ``--db`` (or ``PEV_DB``) names: an SQLite file path or a
 ``postgresql://`` URL (docs/stores.md); ``pev db upgrade`` migrates a PostgreSQL schema.
@@ -23,7 +24,7 @@ from rich.console import Console
 from pev.cli._common import (
     EXIT_CODES,
     BadArgument,
-    all_task_ids,
+    OneLineGroup,
     default_db,
     on_ledger,
     resolve_task_id,
@@ -37,18 +38,20 @@ from pev.cli._drive import (
     submit_command,
     worker_command,
 )
+from pev.cli._export import export_command
+from pev.cli._integrity import anchor_command, verify_command
 from pev.cli._lessons import lesson_list, lesson_view
 from pev.cli._render import (
-    chain_report,
     driver_line,
     task_table,
     timeline,
 )
+from pev.engine._trust import check_chain
+from pev.errors import PevError
 from pev.experience import Episode, Lesson, LessonBook
 from pev.ledger import (
     SCHEMA_VERSION,
     TERMINAL_PHASES,
-    ChainReport,
     Lease,
     Ledger,
     TaskPhase,
@@ -63,7 +66,7 @@ __all__ = ["EXIT_CODES", "default_db", "main"]
 _PHASE_CHOICES = [*sorted(str(phase) for phase in TaskPhase), "active"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pev-agent", prog_name="pev")
 @click.option(
     "--db",
@@ -94,7 +97,7 @@ def cli(ctx: click.Context, db: str | None) -> None:
     "--seed",
     default=0,
     show_default=True,
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=2**32 - 1),
     help="Where the cubes start; the same seed gives the same ledger, apart from times and ids.",
 )
 @click.pass_obj
@@ -135,7 +138,7 @@ def demo(db: str, faults: Sequence[str], seed: int) -> None:
     type=click.Choice(_PHASE_CHOICES),
     help="Only tasks in this status or phase (repeatable); 'active' means not ended.",
 )
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1, max=1_000_000))
 @click.pass_obj
 def tasks(db: str, statuses: Sequence[str], limit: int) -> None:
     """List tasks, newest first."""
@@ -168,48 +171,31 @@ def tasks(db: str, statuses: Sequence[str], limit: int) -> None:
 
 
 @cli.command()
-@click.argument("task_id")
+@click.argument("task_id", metavar="TASK")
 @click.pass_obj
 def show(db: str, task_id: str) -> None:
-    """Show one task (by id or unique id prefix): plans and node status, verdicts, decisions."""
+    """Show one task (by id or unique id prefix): plans and node status, verdicts, decisions.
+
+    Its ledger is verified first: a task whose chain is broken is refused, naming the first bad
+    event (exit 2); `pev ledger verify TASK` says more.
+    """
 
     async def load(ledger: Ledger) -> tuple[TaskState, Lease | None]:
         full_id = await resolve_task_id(ledger, task_id)
+        await check_chain(ledger, full_id)
         return await ledger.state(full_id), await ledger.store.lease(full_id)
 
     state, lease = on_ledger(db, load)
     Console().print(timeline(state, driver=driver_line(state, lease, utc_now())))
 
 
-@cli.group()
+@cli.group(cls=OneLineGroup)
 def ledger() -> None:
-    """Inspect the ledger itself."""
+    """Check the ledger itself: verify its chains, print heads to keep (docs/security.md)."""
 
 
-@ledger.command("verify")
-@click.argument("task_ids", nargs=-1)
-@click.pass_obj
-def verify(db: str, task_ids: Sequence[str]) -> None:
-    """Check the hash chain of tasks (ids or unique prefixes; all by default); exit 1 if any fails.
-
-    Detects an edited, dropped (the last one too) or reordered event, and names the first bad one.
-    """
-
-    async def check(ledger: Ledger) -> list[ChainReport]:
-        ids = [await resolve_task_id(ledger, task_id) for task_id in task_ids]
-        if not ids:
-            ids = await all_task_ids(ledger)
-        return [await ledger.verify(task_id) for task_id in ids]
-
-    reports = on_ledger(db, check)
-    console = Console()
-    bad = 0
-    for report in reports:
-        console.print(chain_report(report))
-        bad += not report.ok
-    console.print(f"{len(reports)} task(s) checked, {bad} failed verification")
-    if bad:
-        raise click.exceptions.Exit(1)
+ledger.add_command(verify_command)
+ledger.add_command(anchor_command)
 
 
 @cli.command("lessons")
@@ -267,8 +253,8 @@ def db_upgrade(db: str) -> None:
     a lock makes any other upgrader wait; an empty schema gets pev's tables. Run it after
     installing a newer pev, before its workers start (they refuse an older schema). An SQLite
     file needs no upgrade and is left as it is. Exit codes: 0 done or already current, 1 the
-    database cannot be reached or is not a pev ledger, 2 a bad --db or a schema newer than
-    this pev.
+    upgrade failed, 2 a --db that cannot be reached or is not a pev ledger, or a schema newer
+    than this pev.
     """
 
     async def upgrade(ledger: Ledger) -> str:
@@ -281,6 +267,10 @@ def db_upgrade(db: str) -> None:
         from pev.stores import PostgresStore  # noqa: PLC0415 - a URL named it: the extra is here
 
         assert isinstance(store, PostgresStore)  # noqa: S101 - open_store gives one or the other
+        try:
+            await store.version()  # connects: a server that does not answer is a bad --db
+        except PevError as exc:
+            raise BadArgument(f"--db: {exc}") from exc
         before, after = await store.upgrade()
         if before == after:
             return f"{store.location}: schema version {after}, already current; nothing to do"
@@ -288,11 +278,12 @@ def db_upgrade(db: str) -> None:
             return f"{store.location}: created pev's tables at schema version {after}"
         return f"{store.location}: upgraded from schema version {before} to {after}"
 
-    Console().print(on_ledger(db, upgrade), soft_wrap=True, highlight=False)
+    Console().print(on_ledger(db, upgrade, check=False), soft_wrap=True, highlight=False)
 
 
 for command in (run_command, submit_command, worker_command, resume_command, cancel_command):
     cli.add_command(command)
+ledger.add_command(export_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -8,36 +8,49 @@ line, and a command that ends with a task's status exits with :data:`EXIT_CODES`
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import platformdirs
 from click.core import ParameterSource
+from click.exceptions import NoArgsIsHelpError
 from rich.console import Console
 
 from pev.cli._progress import ConsoleRail, result_line
 from pev.cli._render import timeline
 from pev.cli._taskfile import TaskFile
 from pev.engine import RunResult
-from pev.errors import PevError, SchemaVersionError, UnknownTaskError, UsageError
+from pev.errors import LedgerCorruptError, PevError, SchemaVersionError, UnknownTaskError
 from pev.kernel import TaskStatus
 from pev.ledger import Ledger, Store, TaskState
 from pev.stores import open_store
+from pev.stores._open import is_url
 
 __all__ = [
     "EXIT_CODES",
+    "MAX_TASK_ID",
     "BadArgument",
+    "FilePath",
+    "OneLineGroup",
+    "Seconds",
     "all_task_ids",
     "default_db",
     "ended",
+    "existing_ledger",
     "fail",
     "interruptible",
+    "known_task_ids",
+    "new_task_id_option",
     "on_ledger",
     "open_named",
+    "opened",
     "resolve_task_id",
     "task_db",
+    "text_option",
     "where_of",
 ]
 
@@ -58,19 +71,181 @@ class BadArgument(click.ClickException):
     exit_code = 2
 
 
+class OneLineGroup(click.Group):
+    """A command group whose usage errors are one line: the problem, and the command's help.
+
+    Click prints a usage error as the command's usage, a hint and the error on three lines;
+    pev's errors are one line each, so a script or a person reads the problem at once. A group
+    given nothing at all (``pev``, ``pev ledger``) prints its help, as ``--help`` would.
+    """
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        """Parse the group's own options; a bad one is one line."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line(exc) from exc
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command named; a usage error of it (or of a group below) is one line."""
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _one_line(exc) from exc
+
+
+def _one_line(exc: click.UsageError) -> click.ClickException | click.exceptions.Exit:
+    """``exc`` as one line naming the command's help; a bare group's help is printed instead."""
+    if isinstance(exc, NoArgsIsHelpError) and exc.ctx is not None:
+        click.echo(exc.ctx.get_help())
+        return click.exceptions.Exit(0)
+    command = exc.ctx.command_path if exc.ctx is not None else "pev"
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    return BadArgument(f"{message} (see `{command} --help`)")
+
+
+if TYPE_CHECKING:
+    _PathParam = click.ParamType[Path]
+else:  # click before 8.2 has no generic ParamType (pyproject allows 8.1)
+    _PathParam = click.ParamType
+
+
+class FilePath(_PathParam):
+    """A path argument, as a :class:`~pathlib.Path`; the command opens it and names what fails.
+
+    ``click.Path`` looks at the file while parsing, and a NUL in the name makes that raise
+    instead of fail; here, only a NUL is refused, in one line, and the rest is left to the
+    command, whose errors name the file and the way out.
+    """
+
+    name = "path"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Path:
+        """``value`` as a path; a NUL in it is a usage error."""
+        if isinstance(value, Path):
+            return value
+        text = str(value)
+        if "\0" in text:
+            self.fail(f"{text!r} holds a NUL character, which no file name can", param, ctx)
+        return Path(text)
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds above 0 and at most ``max_s``; ``nan`` and ``inf`` are refused.
+
+    ``click.FloatRange`` lets ``nan`` through (no comparison holds for it).
+    """
+
+    name = "seconds"
+
+    def __init__(self, max_s: float) -> None:
+        super().__init__(min=0, max=max_s, min_open=True)
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        """``value`` as seconds, in range."""
+        seconds = float(super().convert(value, param, ctx))
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
 def default_db() -> Path:
     """The default ledger: ``ledger.db`` in the user's data directory for pev."""
     return platformdirs.user_data_path("pev", appauthor=False) / "ledger.db"
 
 
 def open_named(db: str, *, named_by: str = "--db") -> Store:
-    """The store ``db`` names; a bad name is one line (exit 2), a missing extra one line too."""
+    """The store ``db`` names; one that cannot be opened is one line (exit 2).
+
+    A missing extra is one line too (exit 1: the name is good, the installation lacks it).
+    """
+    if not _storable(db.replace("\0", "")):  # a NUL is the store's to name
+        raise BadArgument(
+            f"{named_by}: {db!r} holds bytes that are not UTF-8; name the ledger by a path (or "
+            "URL) in UTF-8"
+        )
     try:
         return open_store(db)
-    except UsageError as exc:
+    except PevError as exc:
+        # A bad URL, a path that cannot hold a file, a file that is not a pev ledger (or is
+        # damaged), a ledger of another schema version: the --db given is at fault.
         raise BadArgument(f"{named_by}: {exc}") from exc
     except ImportError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def existing_ledger(db: str, *, named_by: str = "--db") -> None:
+    """Refuse an SQLite path that holds no ledger yet (missing or empty): nothing to read.
+
+    Commands that only read a ledger (``ledger verify``, ``ledger anchor``) would otherwise
+    report an empty ledger as "0 tasks", and create the file.
+    """
+    if is_url(db):
+        return
+    path = Path(db).expanduser()
+    try:
+        exists = path.exists()
+        size = path.stat().st_size if path.is_file() else None
+    except (OSError, ValueError):
+        return  # cannot be looked at (a name too long, a NUL): opening it says why
+    if not exists:
+        raise BadArgument(
+            f"{named_by}: there is no ledger at {path} (no such file); name an existing ledger "
+            "with --db or PEV_DB"
+        )
+    if size == 0:
+        raise BadArgument(
+            f"{named_by}: {path} is an empty file, not a pev ledger; name an existing ledger "
+            "with --db or PEV_DB"
+        )
+
+
+async def opened(
+    db: str, *, named_by: str = "--db", check: bool = True, existing: bool = False
+) -> Store:
+    """The store ``db`` names, opened; with ``check``, a first read proves it can be used.
+
+    A PostgreSQL store connects, and prepares or checks its schema, on first use: that first
+    read here makes an unreachable server, or a schema that is not pev's, a one-line usage
+    error (exit 2) rather than the failure of whatever the command went on to do. With
+    ``existing``, a store that holds no ledger yet (a missing or empty SQLite file, a schema
+    without pev's tables) is refused rather than created.
+    """
+    if existing:
+        existing_ledger(db, named_by=named_by)
+    store = open_named(db, named_by=named_by)
+    if not check:
+        return store
+    try:
+        await _first_read(store, named_by=named_by, existing=existing)
+    except (PevError, BadArgument) as exc:
+        with suppress(PevError):
+            await store.close()
+        if isinstance(exc, BadArgument):
+            raise
+        raise BadArgument(f"{named_by}: {exc}") from exc
+    return store
+
+
+async def _first_read(store: Store, *, named_by: str, existing: bool) -> None:
+    """Read from ``store`` once (see :func:`opened`)."""
+    version = getattr(store, "version", None)  # a PostgreSQL store's: 0 before its tables
+    if existing and version is not None and await version() == 0:
+        raise BadArgument(
+            f"{named_by}: {where_of(store)} holds no pev ledger (no pev tables); name an "
+            "existing ledger with --db or PEV_DB"
+        )
+    await store.list_tasks(limit=1)
 
 
 def where_of(store: Store) -> str:
@@ -78,14 +253,31 @@ def where_of(store: Store) -> str:
     return str(getattr(store, "location", type(store).__name__))
 
 
-def on_ledger(db: str, work: Callable[[Ledger], Awaitable[T]], *, named_by: str = "--db") -> T:
+def on_ledger(
+    db: str,
+    work: Callable[[Ledger], Awaitable[T]],
+    *,
+    named_by: str = "--db",
+    check: bool = True,
+    existing: bool = False,
+) -> T:
     """Open the ledger ``db`` names, run ``work`` on it, close it; pev errors become one line.
 
-    ``named_by`` says where ``db`` came from, for the message of a name that cannot be opened.
+    A store that cannot be opened or used is a usage error (exit 2), as are an unknown task
+    and a schema of another version; any other pev error while ``work`` runs exits 1.
+
+    Args:
+        db: The store's path or URL.
+        work: What to do with it.
+        named_by: Where ``db`` came from, for the message of a name that cannot be opened.
+        check: Read from the store once before ``work`` (see :func:`opened`); ``False`` for
+            work that must see the store as it is (``pev db upgrade``).
+        existing: Refuse a store that holds no ledger yet, rather than create one (commands
+            that only read a ledger).
     """
 
     async def session() -> T:
-        store = open_named(db, named_by=named_by)
+        store = await opened(db, named_by=named_by, check=check, existing=existing)
         try:
             return await work(Ledger(store))
         finally:
@@ -93,7 +285,9 @@ def on_ledger(db: str, work: Callable[[Ledger], Awaitable[T]], *, named_by: str 
 
     try:
         return asyncio.run(session())
-    except (UnknownTaskError, SchemaVersionError) as exc:
+    except (UnknownTaskError, SchemaVersionError, LedgerCorruptError) as exc:
+        # An id that names no task, a ledger of another version, a task whose chain is broken
+        # (show and resume refuse it): the argument is at fault, not the run.
         raise BadArgument(str(exc)) from exc
     except PevError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -140,18 +334,79 @@ def ended(console: Console, state: TaskState, *, progress: ConsoleRail | None) -
 
 
 async def all_task_ids(ledger: Ledger) -> list[str]:
-    """Every task's id, newest first, read a page at a time."""
+    """Every task's id in the task index, newest first, read a page at a time."""
     ids: list[str] = []
     while page := await ledger.tasks(limit=500, offset=len(ids)):
         ids.extend(summary.task_id for summary in page)
     return ids
 
 
+async def known_task_ids(ledger: Ledger) -> list[str]:
+    """Every task the ledger knows, sorted: those with events, and those in the task index.
+
+    The two differ only in a damaged ledger (an index row deleted, or events without one);
+    ``pev ledger verify`` checks, and names, both kinds.
+    """
+    indexed = await all_task_ids(ledger)
+    return sorted({*indexed, *await ledger.store.ledger_task_ids()})
+
+
+MAX_TASK_ID = 200
+"""The longest task id ``--task-id`` accepts."""
+
+
+def new_task_id_option(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> str | None:
+    """Check ``--task-id``: printable text of 1 to :data:`MAX_TASK_ID` characters."""
+    if value is None:
+        return None
+    problem = None
+    if not value:
+        problem = "is empty"
+    elif len(value) > MAX_TASK_ID:
+        problem = f"has {len(value)} characters, more than {MAX_TASK_ID}"
+    elif not value.isprintable() or value != value.strip():
+        problem = "holds a control character, an undecodable byte or surrounding spaces"
+    if problem is not None:
+        shown = repr(value) if len(value) <= 60 else repr(value[:60]) + "..."
+        raise click.BadParameter(
+            f"{shown} {problem}; a task id is printable text of 1 to {MAX_TASK_ID} characters, "
+            "or leave --task-id out for a fresh one"
+        )
+    return value
+
+
+def text_option(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Check a free-text option: text the ledger can store (UTF-8, so no lone surrogate)."""
+    if value is not None and not _storable(value.replace("\0", "")):
+        raise click.BadParameter(
+            "holds a byte that is not UTF-8 (from the command line's encoding); give it as "
+            "UTF-8 text",
+            param=param,
+        )
+    return value
+
+
+def _storable(text: str) -> bool:
+    """Whether a store can hold ``text`` at all (UTF-8 encodable, without NUL)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: a byte of the command line that is not UTF-8
+        return False
+    return "\0" not in text
+
+
 async def resolve_task_id(ledger: Ledger, task_id: str) -> str:
     """The full id of the one task whose id is ``task_id`` or starts with it."""
+    if not _storable(task_id):
+        raise UnknownTaskError(task_id)  # no stored id holds a NUL or an undecodable byte
     if await ledger.store.summary(task_id) is not None:
         return task_id
-    matches = [full for full in await all_task_ids(ledger) if full.startswith(task_id)]
+    known = await known_task_ids(ledger)  # a task whose index row is gone is found, to be refused
+    if task_id in known:
+        return task_id
+    matches = [full for full in known if full.startswith(task_id)]
     if len(matches) > 1:
         shown = ", ".join(sorted(matches)[:5])
         raise BadArgument(f"task id prefix {task_id!r} is ambiguous ({shown}); type more")

@@ -18,18 +18,23 @@ from rich.console import Console
 from rich.text import Text
 
 from pev import engine
+from pev._imports import UntrustedImportError
 from pev.cli._common import (
+    FilePath,
+    Seconds,
     ended,
     fail,
     interruptible,
+    new_task_id_option,
     on_ledger,
     resolve_task_id,
     task_db,
+    text_option,
 )
 from pev.cli._progress import ConsoleRail
 from pev.cli._render import STATUS_STYLE, task_heading
 from pev.cli._taskfile import TaskFileError, load_task_file
-from pev.errors import ComponentError, ContractError, LeaseHeld
+from pev.errors import ComponentError, ContractError, LeaseHeld, UsageError
 from pev.experience import LessonBook
 from pev.ledger import Ledger, TaskState, new_task_id
 
@@ -37,8 +42,12 @@ __all__ = ["cancel_command", "resume_command", "run_command", "submit_command", 
 
 
 @click.command("run")
-@click.argument("task_file", metavar="TASKFILE", type=click.Path(path_type=Path))
-@click.option("--task-id", help="The new task's id. [default: a fresh UUID]")
+@click.argument("task_file", metavar="TASKFILE", type=FilePath())
+@click.option(
+    "--task-id",
+    callback=new_task_id_option,
+    help="The new task's id: printable text, at most 200 characters. [default: a fresh UUID]",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the result line.")
 @click.pass_obj
 def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> None:
@@ -71,13 +80,8 @@ def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> N
                 task_id=new_id,
                 experience=LessonBook(ledger.store),
             )
-        except (ComponentError, ContractError) as exc:
-            field = (
-                f"components.{exc.role}"
-                if isinstance(exc, ComponentError)
-                else f"contract.{exc.field}"
-            )
-            fail(str(TaskFileError(field, str(exc), path=task_file)))
+        except (UsageError, ContractError) as exc:
+            fail(_task_file_problem(task_file, exc))
         return await ledger.state(result.task_id)
 
     where, named_by = task_db(db, spec)
@@ -89,8 +93,12 @@ def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> N
 
 
 @click.command("submit")
-@click.argument("task_file", metavar="TASKFILE", type=click.Path(path_type=Path))
-@click.option("--task-id", help="The new task's id. [default: a fresh UUID]")
+@click.argument("task_file", metavar="TASKFILE", type=FilePath())
+@click.option(
+    "--task-id",
+    callback=new_task_id_option,
+    help="The new task's id: printable text, at most 200 characters. [default: a fresh UUID]",
+)
 @click.pass_obj
 def submit_command(db: str, task_file: Path, task_id: str | None) -> None:
     """Write a task file's task for a worker to run; print its id (nothing runs here).
@@ -115,31 +123,45 @@ def submit_command(db: str, task_file: Path, task_id: str | None) -> None:
                 store=ledger.store,
                 task_id=task_id,
             )
-        except ComponentError as exc:
-            fail(str(TaskFileError(f"components.{exc.role}", str(exc), path=task_file)))
+        except (UsageError, ContractError) as exc:
+            fail(_task_file_problem(task_file, exc))
 
     where, named_by = task_db(db, spec)
     click.echo(on_ledger(where, write, named_by=named_by))
 
 
+def _task_file_problem(task_file: Path, exc: UsageError | ContractError) -> str:
+    """What the engine refused in a task file's task, as one line naming the field at fault."""
+    if isinstance(exc, ComponentError):
+        field = f"components.{exc.role}"
+    elif isinstance(exc, ContractError):
+        field = f"contract.{exc.field}"
+    else:  # a value the engine's limits refuse, say: the file as a whole
+        field = ""
+    return str(TaskFileError(field, str(exc), path=task_file))
+
+
+_A_YEAR_S = 365 * 24 * 3600.0  # the longest lease a policy allows, and so the longest wait
+
+
 @click.command("worker")
 @click.option(
     "--concurrency",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=10_000),
     default=4,
     show_default=True,
     help="The most tasks this worker drives at once.",
 )
 @click.option(
     "--lease-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(max_s=_A_YEAR_S),
     default=None,
     help="The lease of the tasks this worker drives, in seconds; renewed every third of it. "
     "[default: each task's policy's, 30 unless set]",
 )
 @click.option(
     "--poll-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(max_s=_A_YEAR_S),
     default=1.0,
     show_default=True,
     help="The longest an idle worker waits before it looks for runnable tasks again (for tasks "
@@ -153,7 +175,10 @@ def worker_command(db: str, concurrency: int, lease_s: float | None, poll_s: flo
     A task is runnable when it has not ended and no live driver holds its lease: new tasks
     (`pev submit`), and tasks whose driver died (its lease expired). Each is driven as
     `pev resume` would: an action whose outcome is unknown is never sent again. Components are
-    rebuilt from the import paths the task recorded, with the current folder on the Python path.
+    rebuilt from the import paths the task recorded, with the current folder on the Python path
+    (only under PEV_TRUSTED_MODULES, when set). A task whose chain fails verification, or whose
+    components cannot or may not be rebuilt, is logged in one line and left, its lease held
+    until it expires.
     On SIGTERM (or Ctrl-C) the worker claims nothing more, lets running nodes reach their
     terminal records within their timeouts, leaves each task in its phase and releases its
     leases; another worker continues them. It logs what it claims and releases to stderr.
@@ -207,9 +232,11 @@ def worker_command(db: str, concurrency: int, lease_s: float | None, poll_s: flo
 def resume_command(db: str, task_id: str, quiet: bool) -> None:
     """Continue a task after a crash; exit with its status.
 
-    TASK is a task id or a unique prefix of one. Its components are rebuilt from the import
-    paths recorded when it was created: run this where their modules import (the current
-    folder is on the Python path). A task that has ended is shown as it is.
+    TASK is a task id or a unique prefix of one. Its chain is verified first: a broken one is
+    refused, naming its first bad event. Its components are rebuilt from the import paths
+    recorded when it was created: run this where their modules import (the current folder is on
+    the Python path); with PEV_TRUSTED_MODULES set, only modules under those prefixes are
+    imported. A task that has ended is shown as it is.
     """
     here = str(Path.cwd())
     if here not in sys.path:
@@ -231,6 +258,8 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
                 "that driver: wait for it to end, or, if it is gone, for its lease to expire"
             )
         except ComponentError as exc:
+            if isinstance(exc.__cause__, UntrustedImportError):
+                fail(f"task {full_id}: {exc}")  # the way out is PEV_TRUSTED_MODULES, as it says
             # The engine's message says what failed and ends "pass planner=...", which only
             # Python can do: say so, with the call to make.
             fail(
@@ -245,7 +274,7 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
 
 @click.command("cancel")
 @click.argument("task_id", metavar="TASK")
-@click.option("--reason", default="", help="Why; written to the ledger.")
+@click.option("--reason", default="", callback=text_option, help="Why; written to the ledger.")
 @click.pass_obj
 def cancel_command(db: str, task_id: str, reason: str) -> None:
     """Ask a task to stop (an ended one is left unchanged).

@@ -275,6 +275,10 @@ def _ending(state: TaskState) -> RenderableType:
 def chain_report(report: ChainReport) -> Text:
     """One line per verified task: ok, or the first bad event and what is wrong with it."""
     if report.ok:
-        return Text.assemble(("ok  ", "bold green"), f"{report.task_id}  ({report.events} events)")
+        # How many are sealed with the key: a task rewritten whole without it has none.
+        keyed = f", {report.keyed_events} sealed with the key" if report.keyed_events else ""
+        return Text.assemble(
+            ("ok  ", "bold green"), f"{report.task_id}  ({report.events} events{keyed})"
+        )
     where = f"event {report.first_bad_seq}" if report.first_bad_seq is not None else "ledger"
     return Text.assemble(("BAD ", "bold red"), f"{report.task_id}  {where}: {report.problem}")

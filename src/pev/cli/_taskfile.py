@@ -31,7 +31,7 @@ from pev.model import JsonValue, VerificationContract, VerificationMode, freeze_
 from pev.policy import RecoveryPolicy
 from pev.stores._open import is_url
 
-__all__ = ["TaskFile", "TaskFileError", "load_task_file"]
+__all__ = ["MAX_TASK_FILE_BYTES", "TaskFile", "TaskFileError", "load_task_file"]
 
 # The keys a task file may hold, table by table; anything else is a typo to point out.
 _TOP_LEVEL = ("input", "store", "contract", "policy", "components")
@@ -40,6 +40,9 @@ _POLICY = tuple(f.name for f in dataclasses.fields(RecoveryPolicy))
 _COMPONENTS = ("agent", "planner", "tools", "executor", "verifier", "observer")
 _TOML_WHERE = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)$")
 _POLICY_PROBLEM = re.compile(r"RecoveryPolicy\.(\w+) (.*)", re.DOTALL)
+
+MAX_TASK_FILE_BYTES = 16 * 2**20
+"""The largest task file read (16 MiB): a bigger one is refused before it is parsed."""
 
 _EXAMPLE_COMPONENTS = (
     'agent = "agent:my_agent" (a pev.Agent), or its parts: planner = "agent:planner" and '
@@ -142,6 +145,8 @@ def _load(path: Path) -> TaskFile:
         )
     try:
         task_input = freeze_json(document["input"], path="input")
+    except RecursionError:
+        raise TaskFileError("input", "nests too deeply; flatten it") from None
     except (TypeError, ValueError) as exc:
         problem = str(exc).removeprefix("input: ")  # the path is "input" itself: said once
         raise TaskFileError(
@@ -184,19 +189,32 @@ def _store(value: object, path: Path) -> str | None:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            data = file.read(MAX_TASK_FILE_BYTES + 1)
     except FileNotFoundError:
         raise TaskFileError("", "no such file; check the path") from None
     except IsADirectoryError:
         raise TaskFileError("", "is a folder; give the path of a task file (.toml)") from None
     except OSError as exc:
         raise TaskFileError("", f"cannot be read ({exc.strerror or exc})") from None
+    except ValueError as exc:  # a NUL in the path
+        raise TaskFileError("", f"is not a path pev can open ({exc})") from None
+    if len(data) > MAX_TASK_FILE_BYTES:
+        raise TaskFileError(
+            "",
+            f"is larger than {MAX_TASK_FILE_BYTES // 2**20} MiB, the most a task file may hold; "
+            "keep large data in files the tools read, and name them in the input",
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise TaskFileError("", "is not UTF-8 text; save it as UTF-8 TOML") from None
     try:
         return tomllib.loads(text)
+    except RecursionError:
+        raise TaskFileError(
+            "TOML", "arrays or tables nest too deeply to be read; flatten the input"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         where = _TOML_WHERE.search(message)
@@ -206,6 +224,10 @@ def _read(path: Path) -> dict[str, Any]:
             column = f" (column {where[2]})" if where[2] else ""
             message = message[: where.start()] + column
         raise TaskFileError(field, f"TOML syntax error: {message}; fix the syntax") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise TaskFileError(
+            "TOML", f"a value cannot be read ({exc}); write a very long number as a string"
+        ) from None
 
 
 def _check_keys(table: Mapping[str, object], allowed: Sequence[str], where: str) -> None:
@@ -296,7 +318,7 @@ def _policy(raw: object) -> RecoveryPolicy | None:
     _check_keys(table, _POLICY, "policy")
     try:
         return RecoveryPolicy(**table)
-    except ValueError as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         problem = _POLICY_PROBLEM.match(str(exc))
         if problem is None:
             raise TaskFileError("policy", str(exc)) from None

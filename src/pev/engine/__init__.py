@@ -33,6 +33,7 @@ from pev.engine._protocols import (
     report_usage,
 )
 from pev.engine._result import RunResult
+from pev.engine._secret import Secret
 from pev.engine._tool_executor import Resources, ToolExecutor
 from pev.engine._tools import Reconciler, Tool, ToolRegistry, tool
 from pev.engine._worker import WorkerReport, submit, worker
@@ -53,6 +54,7 @@ __all__ = [
     "Reconciler",
     "Resources",
     "RunResult",
+    "Secret",
     "Tool",
     "ToolExecutor",
     "ToolRegistry",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ParamSpec
 
+from pev._json import value_problem
 from pev.engine._agent import (
     Agent,
     ExecutorLike,
@@ -23,6 +24,7 @@ from pev.engine._components import Components, agent_paths, build_components, re
 from pev.engine._driver import Driver
 from pev.engine._result import RunResult
 from pev.engine._tenure import new_owner
+from pev.engine._trust import check_chain
 from pev.errors import ComponentError, StoreError, UsageError
 from pev.experience import LessonBook
 from pev.ledger import Lease, Ledger, Store, TaskState, acquired, new_task_id, utc_now
@@ -149,9 +151,16 @@ async def run(
     state = await ledger.create(
         input, contract=contract, policy=policy, components=agent_paths(agent), lease=lease
     )
-    bus = RailBus((*agent.rails, *rails))
-    await bus.emit(await ledger.entries(state.task_id), state)
-    driver = Driver(ledger, state, components, rails=bus, clock=clock, lessons=advice, lease=lease)
+    driver = Driver(
+        ledger,
+        state,
+        components,
+        rails=RailBus((*agent.rails, *rails)),
+        clock=clock,
+        lessons=advice,
+        lease=lease,
+        announce=await ledger.entries(state.task_id),
+    )
     result = await driver.drive()
     await learn_from(experience, driver.state)
     return result
@@ -182,9 +191,14 @@ def new_task_of(
     Raises:
         ComponentError: An agent and parts of one, or no planner.
         ContractError: The contract cannot be honoured by this agent.
+        UsageError: The input is not a JSON value the ledger can record within the policy's
+            value limits.
     """
     agent = _agent_of(agent, parts)
     policy = policy or agent.policy or RecoveryPolicy()
+    problem = value_problem(input, policy.value_limits, path="input")
+    if problem is not None:
+        raise UsageError(f"the task's input cannot be recorded: {problem}")
     contract = contract or agent.contract or default_contract(input, agent.verifier)
     check_contract(contract, has_observer=agent.observer is not None)
     check_verifier(contract, agent.verifier)
@@ -310,10 +324,13 @@ async def resume(
 
     Raises:
         UnknownTaskError: No task has that id in ``store``.
+        LedgerCorruptError: The task's chain fails verification (``seq``: its first bad
+            event); nothing was done.
         ComponentError: A component was neither given nor rebuildable, or an agent was given
             with parts of one.
     """
     ledger = Ledger(store, clock=clock or utc_now)
+    await check_chain(ledger, task_id)
     await ledger.expire_overdue()
     state = await ledger.state(task_id)
     if state.terminal:

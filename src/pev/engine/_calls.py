@@ -13,6 +13,8 @@ import contextlib
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from pev._json import value_problem
+from pev.engine._failures import Interrupted, carried
 from pev.engine._protocols import _USAGE, merged_usage
 from pev.errors import StateError, UsageError
 from pev.ledger import Usage
@@ -44,11 +46,13 @@ class GuardedCall:
         Raises:
             TimeoutError: The call ran past ``timeout``.
             CancelledMeanwhile: A cancel arrived first (the call is cancelled).
+            KeyboardInterrupt: The call raised it (``SystemExit`` likewise), here in the
+                caller's task rather than in the call's own, where it would stop the loop.
         """
         reports: list[Usage] = []
         token = _USAGE.set(reports)  # the call's task copies the context: reports reach us
         try:
-            work = asyncio.ensure_future(call)
+            work = asyncio.ensure_future(carried(call))
         finally:
             _USAGE.reset(token)
         cancelled = asyncio.ensure_future(cancel.wait())
@@ -58,12 +62,24 @@ class GuardedCall:
             )
         finally:
             cancelled.cancel()
-        self.usage = merged_usage(reports)
-        if work in done:
-            return work.result()
-        work.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await work
+        self.usage = _recordable(merged_usage(reports))
+        if work not in done:
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await work
+        if work.done() and not work.cancelled():
+            failed = work.exception()
+            if isinstance(failed, Interrupted):
+                raise failed.raised
+            if work in done:
+                return work.result()
         if cancel.is_set():
             raise CancelledMeanwhile
         raise TimeoutError
+
+
+def _recordable(usage: Usage | None) -> Usage | None:
+    """What a call reported of its model, if the ledger can hold it (valid text, sane counts)."""
+    if usage is None:
+        return None
+    return None if value_problem([usage.model, usage.input_tokens, usage.output_tokens]) else usage

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from pev._imports import ImportPathError, resolve
+from pev._imports import ImportPathError, UntrustedImportError, resolve
 from pev.engine._agent import Agent
 from pev.engine._protocols import adapt
 from pev.engine._tool_executor import ToolExecutor
@@ -180,10 +180,15 @@ def load(path: str, *, role: str) -> object:
     """Rebuild a component from its recorded import path.
 
     Raises:
-        ComponentError: The path cannot be resolved, naming the role and the path.
+        ComponentError: The path cannot be resolved, naming the role and the path, or (its
+            cause an :class:`~pev._imports.UntrustedImportError`) lies outside
+            ``PEV_TRUSTED_MODULES``.
     """
     try:
         return resolve(path)
+    except UntrustedImportError as exc:
+        # The way out is to trust the module, not to pass the part: say only that.
+        raise ComponentError(f"cannot rebuild the {role}: {exc.problem}", role=role) from exc
     except ImportPathError as exc:
         raise ComponentError(
             f"cannot rebuild the {role} from {path!r} ({exc.problem}); pass {role}=... to resume",

@@ -37,6 +37,7 @@ from pev.ledger import (
     Event,
     Lease,
     Ledger,
+    LedgerEntry,
     RoundExecuted,
     TaskPhase,
     TaskState,
@@ -84,6 +85,7 @@ class Driver:
         lease: Lease | None = None,
         drain: asyncio.Event | None = None,
         hold_on_error: bool = False,
+        announce: Sequence[LedgerEntry] = (),
     ) -> None:
         self._ledger = ledger
         self._task_id = state.task_id
@@ -106,6 +108,7 @@ class Driver:
         )
         self.drain_signal = drain or asyncio.Event()
         self._hold_on_error = hold_on_error
+        self._announce = tuple(announce)
         cancel = self.cancel_signal
         self._planning = PlanStep(
             self, components.plan, cancel=cancel, tools=components.tools, lessons=lessons
@@ -160,6 +163,8 @@ class Driver:
             ]
             held = False
             try:
+                if self._announce:  # a new task's creation, for its rails
+                    await self._rails.emit(self._announce, self.state)
                 await self.write([started])
                 await self._settler.unfinished()
                 await self._loop()

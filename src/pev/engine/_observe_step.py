@@ -12,12 +12,16 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from pev.engine._failures import Interrupted, carried, noted
 from pev.engine._host import TaskHost, current
 from pev.engine._protocols import Observation, ObserveContext
+from pev.engine._recordable import evidence_problem, safe_text
 from pev.ledger import CaptureFailed, Event, EvidenceCaptured, lineage_results
 from pev.model import Evidence, EvidenceId, EvidencePhase
 
 __all__ = ["ObserveStep"]
+
+_ERROR_CHARS = 2000  # characters of a capture failure kept in the ledger
 
 
 class ObserveStep:
@@ -40,28 +44,49 @@ class ObserveStep:
             plan=revision.plan,
             results=lineage_results(state),
         )
+        events: list[Event]
         try:
+            # Through `carried`: an interrupt must not leave wait_for's task as itself.
             returned = await asyncio.wait_for(
-                self._observe(phase, context), host.deadline.remaining_s()
+                carried(self._observe(phase, context)), host.deadline.remaining_s()
             )
-            observations = list(returned) if isinstance(returned, list | tuple) else [returned]
-            now = host.deadline.now()
-            first = len(state.evidence) + 1
-            events: list[Event] = [
-                EvidenceCaptured(
-                    evidence=_evidence(item, phase, revision.number, now, first + offset)
-                )
-                for offset, item in enumerate(observations)
-            ]
+        except Interrupted as interrupted:
+            raise interrupted.raised from None
         except AssertionError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failed capture is recorded, not fatal
-            events = [
-                CaptureFailed(
-                    revision=revision.number, phase=phase, error=f"{type(exc).__name__}: {exc}"
-                )
-            ]
+            error = noted(exc, task_id=state.task_id, who=f"the observer ({phase})")
+            events = [CaptureFailed(revision=revision.number, phase=phase, error=error)]
+        else:
+            events = self._captured(returned, phase)
         await host.write(events)
+
+    def _captured(self, returned: object, phase: EvidencePhase) -> list[Event]:
+        """The evidence events of what the observer returned, or one capture failure.
+
+        An observation the ledger cannot hold (not an observation at all, a payload that is not
+        JSON or is past the policy's limits) fails the whole capture, naming the problem.
+        """
+        state = self._host.state
+        revision = current(state).number
+        limits = state.policy.value_limits
+        now = self._host.deadline.now()
+        first = len(state.evidence) + 1
+        captured: list[Event] = []
+        observations = returned if isinstance(returned, list | tuple) else (returned,)
+        for offset, item in enumerate(observations):
+            try:
+                evidence = _evidence(item, phase, revision, now, first + offset)
+            except Exception as exc:  # noqa: BLE001 - a bad observation is a failed capture
+                problem: str | None = f"{type(exc).__name__}: {exc}"
+            else:
+                problem = evidence_problem(evidence, limits)
+                if problem is None:
+                    captured.append(EvidenceCaptured(evidence=evidence))
+                    continue
+            error = safe_text(f"observation {offset + 1}: {problem}", _ERROR_CHARS)
+            return [CaptureFailed(revision=revision, phase=phase, error=error)]
+        return captured
 
 
 def _evidence(

@@ -13,13 +13,18 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from pev import codec
+from pev._json import ValueLimits, value_problem
 from pev.engine._calls import BUGS, CancelledMeanwhile, GuardedCall
 from pev.engine._deadline import Deadline, earliest
+from pev.engine._failures import noted
 from pev.engine._host import TaskHost, task_deadline_finish
 from pev.engine._planning import append_feedback, merge_local, plan_request, redo_set, review_plan
+from pev.engine._recordable import safe_text
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import RevisionKind, RevisionStarted, finish, reject_plan
 from pev.model import Plan, ToolSpec
+from pev.model._exceptions import describe_exception
 
 __all__ = ["PlanStep"]
 
@@ -77,17 +82,25 @@ class PlanStep:
         except BUGS:
             raise
         except Exception as exc:  # noqa: BLE001 - a planner that raises is a rejected plan
-            returned = _PlannerFailed(f"the planner raised {type(exc).__name__}: {exc}")
+            text = noted(exc, task_id=state.task_id, who="the planner")
+            returned = _PlannerFailed(f"the planner raised {text}")
         redo = redo_set(state) if kind is RevisionKind.LOCAL else frozenset()
-        plan, problems = self._shape(returned, kind, redo)
-        if plan is not None and not problems:
-            problems = review_plan(state, plan, kind=kind, redo=redo, tools=self._tools)
+        limits = state.policy.value_limits
+        try:
+            plan, problems = self._shape(returned, kind, redo)
+            if plan is not None and not problems:
+                problems = review_plan(state, plan, kind=kind, redo=redo, tools=self._tools)
+        except BUGS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - what a planner returns never escapes run
+            # Checking a plan reads the planner's own objects, which may raise on being read.
+            plan, problems = None, [f"the plan could not be read: {describe_exception(exc)}"]
         if problems:
             await host.write(
                 reject_plan(
                     host.state,
-                    problems=problems,
-                    plan=plan,
+                    problems=_recordable_problems(problems),
+                    plan=_recordable_plan(plan, limits),
                     now=host.deadline.now(),
                     usage=call.usage,
                 )
@@ -136,3 +149,37 @@ class _PlannerFailed:
 
     def __init__(self, problem: str) -> None:
         self.problem = problem
+
+
+# A rejection lists at most this many problems, each cut to this many characters: a plan of
+# 100,000 bad nodes, or a node id a megabyte long, still makes one readable event.
+_PROBLEMS_KEPT = 50
+_PROBLEM_CHARS = 2000
+
+
+def _recordable_problems(problems: list[str]) -> list[str]:
+    """The problems as the ledger can hold them: valid text, bounded in size and number."""
+    kept = [safe_text(text, _PROBLEM_CHARS) for text in problems[:_PROBLEMS_KEPT]]
+    if len(problems) > _PROBLEMS_KEPT:
+        kept.append(f"... and {len(problems) - _PROBLEMS_KEPT} more problems")
+    return kept
+
+
+def _recordable_plan(plan: Plan | None, limits: ValueLimits) -> Plan | None:
+    """The rejected plan, when the ledger can hold it and read it back as it is; else ``None``.
+
+    A plan whose values cannot be encoded (a NaN, an object, a value past the limits) or whose
+    fields are of the wrong type (an id that is a number) would break the ledger: its
+    rejection then lists the problems without the plan.
+    """
+    if plan is None:
+        return None
+    try:
+        pieces: list[object] = [plan.goal]
+        for node in plan.nodes:
+            pieces.extend((node.id, node.description, node.tool, node.args, node.after))
+        if any(value_problem(piece, limits) for piece in pieces):
+            return None
+        return plan if codec.loads(codec.dumps(plan), Plan) == plan else None
+    except Exception:  # noqa: BLE001 - anything that cannot be read back is not kept
+        return None

@@ -149,7 +149,10 @@ def review_plan(
     tools: Mapping[str, ToolSpec] | None,
 ) -> list[str]:
     """Every reason to reject ``plan`` before anything runs (docs/design.md §2.1, §4)."""
-    problems = list(plan_problems(plan, tools=tools, max_nodes=state.policy.max_nodes))
+    policy = state.policy
+    problems = list(
+        plan_problems(plan, tools=tools, max_nodes=policy.max_nodes, limits=policy.value_limits)
+    )
     if problems:
         return problems
     unknown = {

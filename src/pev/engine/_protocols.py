@@ -20,7 +20,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from pev.engine._threads import current_pool
+from pev.engine._threads import current_pool, sync_call
 from pev.ledger import RevisionKind, Usage
 from pev.model import (
     Evidence,
@@ -351,7 +351,7 @@ def as_async(target: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
 
     async def run_in_thread(*args: Any) -> Any:
         loop = asyncio.get_running_loop()
-        call = functools.partial(contextvars.copy_context().run, target, *args)
+        call = functools.partial(contextvars.copy_context().run, sync_call, target, *args)
         result = await loop.run_in_executor(current_pool(), call)
         if inspect.isawaitable(result):
             return await result

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from pev.kernel import Diagnosis, TaskStatus, TerminalReason
-from pev.ledger import TaskState, lineage_results
-from pev.model import JsonValue, Success, TaskId
+from pev.ledger import TaskState, lineage_records, lineage_results
+from pev.model import DeviceFailure, JsonValue, NodeResult, Success, TaskId, VerifierFailure
 
 __all__ = ["RunResult"]
 
@@ -25,7 +25,10 @@ class RunResult:
         failed_nodes: Nodes of the final plan without a success, plus those the verdict blames.
         diagnosis: The last diagnosis, if a verdict did not pass.
         revisions: How many revisions the task went through.
-        detail: The diagnosis or valve detail behind the reason.
+        detail: Why it ended, in words: the diagnosis or valve detail behind the reason, then
+            each failed node of the final plan with its error (``n2 (book_room): KeyError:
+            'room' at tools.py:12 in book_room``), and for an untrustworthy verdict, what was
+            wrong with it; ``; `` between them. Empty for a success.
     """
 
     task_id: TaskId
@@ -70,5 +73,46 @@ class RunResult:
             failed_nodes=frozenset(failed),
             diagnosis=state.diagnoses[-1].diagnosis if state.diagnoses else None,
             revisions=len(state.revisions),
-            detail=finished.detail,
+            detail=_detail(state, finished.detail, failed, results),
         )
+
+
+def _detail(
+    state: TaskState, ended: str, failed: set[str], results: Mapping[str, NodeResult]
+) -> str:
+    """The task's detail, then each failed node of the final plan with why, in plan order."""
+    parts = [ended] if ended else []
+    if state.finished is not None and state.finished.reason is TerminalReason.VERIFIER_UNRELIABLE:
+        last = state.verdicts[-1] if state.verdicts else None
+        if last is not None and last.problems:
+            parts.append("verifier: " + "; ".join(last.problems))
+    plan = state.plan
+    if plan is None or not failed:
+        return "; ".join(parts)
+    # A node with a terminal record but no result was cancelled before it produced one.
+    recorded = {record.node_id for record in lineage_records(state) if record.terminal}
+    blocked = {
+        skipped.node_id: skipped.blocked_by
+        for skipped in state.skipped
+        if state.revision is not None and skipped.revision == state.revision.number
+    }
+    for node in plan.nodes:
+        if node.id not in failed:
+            continue
+        why = _why(results.get(node.id), blocked.get(node.id), node.id in recorded)
+        tool = f" ({node.tool})" if node.tool else ""
+        parts.append(f"{node.id}{tool}: {why}")
+    return "; ".join(parts)
+
+
+def _why(result: NodeResult | None, blocked_by: tuple[str, ...] | None, recorded: bool) -> str:
+    match result:
+        case DeviceFailure(error=error):
+            return error
+        case VerifierFailure(reason=reason):
+            return reason
+        case Success():
+            return "succeeded, but the verifier blames it"
+    if blocked_by:
+        return f"not run, as {', '.join(blocked_by)} did not succeed"
+    return "cancelled" if recorded else "not run"

@@ -22,9 +22,12 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
+from pev.engine._failures import Interrupted, carried, noted
 from pev.engine._host import TaskHost
 from pev.engine._planning import effective_effect
 from pev.engine._protocols import _NODE_CONTEXT, NodeContext
+from pev.engine._recordable import recordable_result
+from pev.errors import UsageError
 from pev.ledger import (
     Event,
     NodeDispatched,
@@ -52,6 +55,7 @@ from pev.model import (
     iter_refs,
     record_status_for,
 )
+from pev.model._exceptions import describe_exception
 
 __all__ = ["Round", "RoundHost"]
 
@@ -134,6 +138,8 @@ class Round:
         self._dispatched: dict[RecordId, float] = {}
         self._ended: dict[str, None] = {}  # running nodes whose task has ended, in that order
         self._waiter: asyncio.Future[None] | None = None
+        # A KeyboardInterrupt or SystemExit a node raised: the round records and re-raises it.
+        self._interrupt: BaseException | None = None
 
     async def run(self) -> bool:
         """Run the round; True if every node was dispatched or skipped (not cancelled or late).
@@ -174,6 +180,8 @@ class Round:
                     self._ended.clear()
                 for node_id in sorted(ended, key=self._order.__getitem__):
                     events.extend(self._finished(*running.pop(node_id).result()))
+                if self._interrupt is not None:
+                    await self._halt(self._interrupt, events)
         except BaseException:
             for task in running.values():
                 task.cancel()
@@ -182,6 +190,26 @@ class Round:
         return not (
             self._pending or self._ready or cancel.is_set() or drain.is_set() or deadline.passed()
         )
+
+    async def _halt(self, interrupt: BaseException, events: list[Event]) -> None:
+        """A node raised KeyboardInterrupt or SystemExit: stop, record, and raise it as itself.
+
+        The other running nodes are cancelled (as at the task deadline: an action cut short is
+        ``unknown``), every record is written terminal, and nothing more is dispatched; a
+        resume continues the round from there.
+        """
+        running = self._running
+        self._cancel.set()
+        for task in running.values():
+            task.cancel()
+        if running:
+            await asyncio.wait(running.values())
+        for node_id in sorted(running, key=self._order.__getitem__):
+            events.extend(self._finished(*running.pop(node_id).result()))
+        self._ended.clear()
+        await self._host.write(events)
+        events.clear()
+        raise interrupt
 
     async def _next_ended(self, timeout: float | None) -> list[str]:
         """The running nodes that ended since the last call; waits (up to ``timeout``) for one.
@@ -360,17 +388,35 @@ class Round:
         _NODE_CONTEXT.set(context)  # this task's own context: visible to the executor
         result: NodeResult
         try:
+            # Through `carried`: an interrupt must not leave this task as itself (see _failures).
             if deadline is None:
-                returned = await host.execute(node, context)
+                returned = await carried(host.execute(node, context))
             else:
                 returned = await asyncio.wait_for(
-                    host.execute(node, context), deadline - loop.time() + _TIMEOUT_GRACE_S
+                    carried(host.execute(node, context)), deadline - loop.time() + _TIMEOUT_GRACE_S
                 )
             result = _as_result(node, returned)
-        except TimeoutError:
+        except Interrupted as interrupted:
+            if self._interrupt is None:
+                self._interrupt = interrupted.raised
+            note = "; the action may or may not have taken effect" if action else ""
             result = DeviceFailure(
-                node.id, f"timed out after {timeout:g} s", is_timeout=True, outcome_unknown=action
+                node.id,
+                f"interrupted by {describe_exception(interrupted.raised)}{note}",
+                outcome_unknown=action,
             )
+        except TimeoutError as exc:
+            if deadline is None or timeout is None or loop.time() < deadline:
+                # The executor's own TimeoutError, before any deadline of the engine's.
+                who = f"the executor, running node {node.id!r}"
+                result = DeviceFailure(node.id, noted(exc, task_id=self._task_id, who=who))
+            else:
+                result = DeviceFailure(
+                    node.id,
+                    f"timed out after {timeout:g} s",
+                    is_timeout=True,
+                    outcome_unknown=action,
+                )
         except asyncio.CancelledError:
             if not action:
                 return record, RecordStatus.CANCELLED, None
@@ -380,11 +426,24 @@ class Round:
                 outcome_unknown=True,
             )
         except Exception as exc:  # noqa: BLE001 - an executor that raises is a device failure
-            result = DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
+            who = f"the executor, running node {node.id!r}"
+            result = DeviceFailure(node.id, noted(exc, task_id=self._task_id, who=who))
+        result = recordable_result(
+            result,
+            node_id=node.id,
+            action=action,
+            limits=host.state.policy.value_limits,
+            source=f"tool {node.tool!r}" if node.tool else "the executor",
+        )
         return record, record_status_for(result), result
 
     async def _report(self, record_id: RecordId, status: RecordStatus) -> None:
-        event = NodeProgressed(record_id=record_id, status=status, at=self._now())
+        if status not in (RecordStatus.ACCEPTED, RecordStatus.RUNNING):
+            raise UsageError(
+                f"context.report takes RecordStatus.ACCEPTED or RecordStatus.RUNNING, got "
+                f"{status!r}; a tool ends its record by returning or raising"
+            )
+        event = NodeProgressed(record_id=record_id, status=RecordStatus(status), at=self._now())
         # Shielded: a node cancelled at the deadline must not cut a write in half.
         await asyncio.shield(self._host.write([event]))
 

@@ -26,6 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from pev.engine._host import TaskHost
+from pev.engine._recordable import recordable_result
 from pev.ledger import Event, NodeFinished, RecordReconciled, unfinished_records
 from pev.model import (
     DeviceFailure,
@@ -160,5 +161,12 @@ class Settler:
             log.exception("pev: reconciling record %s failed", record.id)
             return None
         if isinstance(answer, Success | DeviceFailure | VerifierFailure):
-            return answer
+            # What reconcile established is written like a node's result: checked first.
+            return recordable_result(
+                answer,
+                node_id=record.node_id,
+                action=record.effect is Effect.ACTION,
+                limits=self._host.state.policy.value_limits,
+                source="reconcile",
+            )
         return None

@@ -17,9 +17,17 @@ import contextvars
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["MAX_THREADS", "THREAD_PREFIX", "RunThreads", "current_pool", "run_threads", "submit"]
+__all__ = [
+    "MAX_THREADS",
+    "THREAD_PREFIX",
+    "RunThreads",
+    "current_pool",
+    "run_threads",
+    "submit",
+    "sync_call",
+]
 
 T = TypeVar("T")
 
@@ -89,6 +97,20 @@ def current_pool() -> ThreadPoolExecutor | None:
     """The pool of the drive in progress; ``None`` outside a drive (the loop's default)."""
     threads = _RUN_THREADS.get()
     return None if threads is None else threads.pool()
+
+
+def sync_call(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, for a thread: a ``StopIteration`` it raises is a ``RuntimeError``.
+
+    A future cannot carry a ``StopIteration`` to the event loop (asyncio refuses to set it, and
+    the task awaiting the future would wait for ever), so it is turned into a ``RuntimeError``
+    with the same traceback, as Python does inside a coroutine (PEP 479).
+    """
+    try:
+        return fn(*args, **kwargs)
+    except StopIteration as exc:
+        message = f"raised StopIteration: {exc}" if exc.args else "raised StopIteration"
+        raise RuntimeError(message).with_traceback(exc.__traceback__) from exc
 
 
 def submit(fn: Callable[[], T]) -> Future[T]:

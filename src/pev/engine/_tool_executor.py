@@ -23,8 +23,9 @@ from collections.abc import (
 from dataclasses import dataclass
 from typing import Any
 
+from pev.engine._failures import noted
 from pev.engine._protocols import _NODE_CONTEXT, NodeContext, as_async
-from pev.engine._threads import submit
+from pev.engine._threads import submit, sync_call
 from pev.engine._tools import Tool, ToolLike, ToolRegistry, check_timeout
 from pev.model import (
     DeviceFailure,
@@ -156,9 +157,11 @@ class ToolExecutor:
                 is_timeout=True,
             )
         call = _Call(found, node.args, context.cancelled, self._resources)
+        is_action = Effect.ACTION in (node.effect, found.effect)
         # No scope without a limit: one that never expires does nothing but cost time.
         scope = None if limit is None else asyncio.timeout_at(limit.deadline)
         token = _NODE_CONTEXT.set(context)
+        who = f"tool {found.name!r} of node {node.id!r}"
         try:
             if scope is None:
                 value = await call.run()
@@ -167,16 +170,15 @@ class ToolExecutor:
                     value = await call.run()
         except TimeoutError as exc:
             if limit is None or scope is None or not scope.expired():  # the tool's own error
-                return DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
-            is_action = Effect.ACTION in (node.effect, found.effect)
+                return DeviceFailure(node.id, noted(exc, task_id=context.task_id, who=who))
             return _timed_out(node.id, call, limit, is_action=is_action)
         except _CancelledBeforeStart:
             return DeviceFailure(node.id, f"tool {found.name!r} was cancelled before it started")
         except Exception as exc:  # noqa: BLE001 - every tool failure is a value
-            return DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
+            return DeviceFailure(node.id, noted(exc, task_id=context.task_id, who=who))
         finally:
             _NODE_CONTEXT.reset(token)
-        return as_node_result(node.id, value, source=f"tool {found.name!r}")
+        return as_node_result(node.id, value, source=f"tool {found.name!r}", action=is_action)
 
     async def reconcile(self, record: ExecutionRecord) -> NodeResult | None:
         """Ask the record's tool what a call whose outcome is unknown really did.
@@ -246,6 +248,10 @@ class _Call:
         self.started = False
 
     async def run(self) -> object:
+        # Secrets are filled here, and their values kept out of what comes back (see _secret).
+        return await self.tool.with_secrets(self.kwargs, self._run)
+
+    async def _run(self) -> object:
         lock = None if self.tool.resource is None else self.resources.lock(self.tool.resource)
         if lock is None:
             return await self._invoke(None)
@@ -271,7 +277,9 @@ class _Call:
         if self.tool.is_async:
             self.started = True
             return await self.tool.fn(**self.kwargs)
-        call = functools.partial(contextvars.copy_context().run, self.tool.fn, **self.kwargs)
+        call = functools.partial(
+            contextvars.copy_context().run, sync_call, self.tool.fn, **self.kwargs
+        )
         future = submit(call)
         if handover is not None:
             handover.append(future)

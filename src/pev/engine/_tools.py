@@ -1,9 +1,10 @@
 """Tools: plain functions that a plan may call (docs/design.md §6).
 
 ``@tool`` turns a sync or async function into a :class:`Tool` whose signature, read from its type
-hints, is the :class:`~pev.model.ToolSpec` that plan validation checks node args against. A
-:class:`ToolRegistry` holds the tools of a run; :class:`~pev.engine.ToolExecutor` (in
-``_tool_executor``) runs them.
+hints (:mod:`pev.engine._signature`), is the :class:`~pev.model.ToolSpec` that plan validation
+checks node args against; parameters annotated with a :class:`~pev.engine.Secret` are left out of
+it and filled when the tool is called. A :class:`ToolRegistry` holds the tools of a run;
+:class:`~pev.engine.ToolExecutor` (in ``_tool_executor``) runs them.
 """
 
 from __future__ import annotations
@@ -12,26 +13,14 @@ import functools
 import inspect
 import math
 import types
-import typing
-from collections.abc import (
-    Callable,
-    Iterable,
-    Iterator,
-    Mapping,
-    MutableMapping,
-    MutableSequence,
-    Sequence,
-)
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Literal, ParamSpec, TypeAlias, TypeVar, overload
 
 from pev.engine._protocols import is_async
-from pev.model import (
-    Effect,
-    ExecutionRecord,
-    ToolParameter,
-    ToolSpec,
-)
+from pev.engine._secret import Secret, SecretParameter, fill_secrets
+from pev.engine._signature import read_signature
+from pev.model import DeviceFailure, Effect, ExecutionRecord, ToolSpec
 
 __all__ = [
     "Reconciler",
@@ -55,33 +44,6 @@ did: a :class:`~pev.model.NodeResult`, a plain value meaning ``Success(value)``,
 it cannot tell (the record stays ``unknown``).
 """
 
-# How a type hint constrains the JSON value a plan may pass: a hint names one JSON type (or
-# several, for a union or a Literal); Any, object and a missing hint accept any value. Arrays and
-# objects arrive as plain lists and dicts. A hint no JSON value can satisfy (a dataclass, bytes,
-# an Enum) is refused at decoration: the tool would receive a dict or a string, not that type.
-_ANY: frozenset[str] = frozenset()
-_JSON_TYPE_OF_HINT: Mapping[object, str] = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    None: "null",
-    types.NoneType: "null",
-    list: "array",
-    tuple: "array",
-    Sequence: "array",
-    MutableSequence: "array",
-    dict: "object",
-    Mapping: "object",
-    MutableMapping: "object",
-}
-_JSON_LITERAL_TYPES = (str, int, float, bool, types.NoneType)
-_FORBIDDEN_KINDS: Mapping[inspect._ParameterKind, str] = {
-    inspect.Parameter.POSITIONAL_ONLY: "is positional-only",
-    inspect.Parameter.VAR_POSITIONAL: "collects *args",
-    inspect.Parameter.VAR_KEYWORD: "collects **kwargs",
-}
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tool(Generic[P, R]):
@@ -99,6 +61,8 @@ class Tool(Generic[P, R]):
         reconcile: Settles a call of this tool whose outcome is unknown (a timed-out action,
             say), see :data:`Reconciler`; ``None``: such a call stays ``unknown``.
         spec: The name, effect and parameters that plan validation checks args against.
+        secrets: Parameter name → :class:`~pev.engine.Secret`, for the parameters annotated
+            ``Annotated[str, Secret(...)]``: left out of ``spec``, filled when the tool is called.
         is_async: Whether calling ``fn`` gives an awaitable to await (else it runs in a thread).
     """
 
@@ -110,7 +74,9 @@ class Tool(Generic[P, R]):
     description: str = ""
     reconcile: Reconciler | None = field(default=None, repr=False, compare=False)
     spec: ToolSpec = field(init=False, repr=False, compare=False)
+    secrets: Mapping[str, Secret] = field(init=False, repr=False, compare=False)
     is_async: bool = field(init=False, repr=False, compare=False)
+    _secret_parameters: tuple[SecretParameter, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.fn, Tool):
@@ -130,7 +96,7 @@ class Tool(Generic[P, R]):
                 f"tool {self.name!r}: reconcile must be a function of the record, "
                 f"got a {type(self.reconcile).__name__}"
             )
-        parameters = _parameters(self.fn, self.name)
+        parameters, secrets = read_signature(self.fn, self.name)
         object.__setattr__(
             self,
             "spec",
@@ -139,12 +105,62 @@ class Tool(Generic[P, R]):
                 effect=self.effect,
                 parameters=parameters,
                 description=self.description,
+                secrets=tuple((secret.name, secret.secret.source) for secret in secrets),
             ),
         )
+        object.__setattr__(
+            self,
+            "secrets",
+            types.MappingProxyType({secret.name: secret.secret for secret in secrets}),
+        )
+        object.__setattr__(self, "_secret_parameters", secrets)
         object.__setattr__(self, "is_async", is_async(self.fn))
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
+
+    async def with_secrets(
+        self, kwargs: MutableMapping[str, object], call: Callable[[], Awaitable[object]]
+    ) -> object:
+        """Fill the secret parameters into ``kwargs``, await ``call()``, and redact its outcome.
+
+        The executor calls the tool through this. Before ``call()``, each secret is read (see
+        :class:`~pev.engine.Secret`); after it, every value read is replaced by a marker naming
+        its source (``[secret PAYMENTS_TOKEN]``) in what ``call()`` returned or raised, so that
+        the ledger, the logs and the planner only ever see the name. A tool without secrets is
+        called as it is.
+
+        Raises:
+            SecretUnavailable: A secret has no value (and its parameter no default); ``call`` was
+                not made, so for an action nothing was sent.
+            Exception: What ``call()`` raised, redacted in place, or a ``RedactedError`` in its
+                stead when its text could not be; other base exceptions pass as they are.
+        """
+        if not self._secret_parameters:
+            return await call()
+        filled = await fill_secrets(self.name, self._secret_parameters)
+        kwargs.update(filled.kwargs)
+        redactor = filled.redactor
+        try:
+            value = await call()
+        except Exception as exc:
+            redacted = redactor.exception(exc)
+            if redacted is exc:
+                raise
+            failure = redacted
+        else:
+            try:
+                return redactor.value(value)
+            except Exception as exc:  # noqa: BLE001 - a mapping of the tool's own failed to read
+                # The tool ran: an action's outcome is unknown, as for any value not recorded.
+                return DeviceFailure(
+                    "",
+                    f"tool {self.name!r} returned a value that could not be searched for its "
+                    f"secrets ({type(exc).__name__}); it is not recorded",
+                    outcome_unknown=self.effect is Effect.ACTION,
+                )
+        # Raised outside the handler, so the original (which holds the secret) is not chained.
+        raise failure from None
 
     def __repr__(self) -> str:
         options = [f"effect={self.effect.value!r}"]
@@ -213,6 +229,8 @@ def tool(
         TypeError: The function takes ``*args``, ``**kwargs`` or positional-only parameters,
             or a parameter's type hint is not a JSON type (plan args are named JSON values),
             or ``reconcile`` is not callable.
+        UsageError: A :class:`~pev.engine.Secret` on a parameter that is not a ``str`` (or
+            ``str | None``), inside a parameter's type, or twice on one parameter.
         ValueError: An unknown effect, an empty name or resource, or a timeout that is not a
             positive number of seconds.
     """
@@ -347,72 +365,3 @@ def _first_doc_line(fn: Callable[..., Any]) -> str:
     target = fn.func if isinstance(fn, functools.partial) else fn
     doc = inspect.getdoc(target) or ""
     return doc.strip().split("\n", 1)[0].strip()
-
-
-def _parameters(fn: Callable[..., Any], name: str) -> tuple[ToolParameter, ...]:
-    try:
-        signature = inspect.signature(fn, eval_str=True)
-    except (NameError, SyntaxError, TypeError, ValueError) as exc:
-        raise TypeError(f"tool {name!r}: cannot read its signature ({exc})") from exc
-    parameters = []
-    for param in signature.parameters.values():
-        why = _FORBIDDEN_KINDS.get(param.kind)
-        if why is not None:
-            raise TypeError(
-                f"tool {name!r}: parameter {param.name!r} {why}; plan args are named JSON "
-                "values, so a tool takes only parameters that can be passed by name"
-            )
-        try:
-            json_types = _json_types(param.annotation)
-        except TypeError as exc:
-            raise TypeError(
-                f"tool {name!r}: parameter {param.name!r} has type hint {param.annotation!r}, "
-                f"{exc}; plan args are JSON: use str, int, float, bool, None, list, dict, a "
-                "Literal or a union of them, or Any"
-            ) from None
-        parameters.append(
-            ToolParameter(
-                name=param.name,
-                json_types=json_types,
-                required=param.default is inspect.Parameter.empty,
-            )
-        )
-    return tuple(parameters)
-
-
-def _json_types(hint: object) -> frozenset[str]:
-    """The JSON types a hint allows; empty means any. Raises TypeError for a non-JSON hint."""
-    if hint is inspect.Parameter.empty or hint is Any or hint is object:
-        return _ANY
-    if isinstance(hint, typing.NewType):
-        return _json_types(hint.__supertype__)
-    alias_value = getattr(hint, "__value__", None)  # a `type X = ...` alias (Python 3.12+)
-    if alias_value is not None and type(hint).__name__ == "TypeAliasType":
-        return _json_types(alias_value)
-    origin = typing.get_origin(hint)
-    arguments = typing.get_args(hint)
-    if origin is typing.Annotated:
-        return _json_types(arguments[0])
-    if origin is typing.Union or origin is types.UnionType:
-        members = [_json_types(member) for member in arguments]
-        return _ANY if _ANY in members else frozenset().union(*members)
-    if origin is Literal:
-        bad = [value for value in arguments if not _is_json_literal(value)]
-        if bad:
-            raise TypeError(f"whose value {bad[0]!r} is not a JSON scalar")
-        return frozenset(_JSON_TYPE_OF_HINT[type(value)] for value in arguments)
-    base = hint if origin is None else origin
-    try:
-        json_type = _JSON_TYPE_OF_HINT.get(base)
-    except TypeError:  # an unhashable hint
-        json_type = None
-    if json_type is None:
-        raise TypeError("which no JSON value has")
-    return frozenset({json_type})
-
-
-def _is_json_literal(value: object) -> bool:
-    # Exact types: an Enum member is a str or int subclass, but plans carry the plain value.
-    return type(value) in _JSON_LITERAL_TYPES and not (
-        isinstance(value, float) and not math.isfinite(value)
-    )

@@ -12,10 +12,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pev import codec
+from pev._json import ValueLimits, value_problem
 from pev.engine._calls import BUGS, CancelledMeanwhile, GuardedCall
 from pev.engine._deadline import earliest
+from pev.engine._failures import noted
 from pev.engine._host import TaskHost, current
 from pev.engine._protocols import VerifyRequest
+from pev.engine._recordable import safe_text
 from pev.errors import UsageError
 from pev.kernel import Budget, decide, diagnose
 from pev.ledger import (
@@ -30,7 +34,8 @@ from pev.ledger import (
     lineage_results,
     missing_evidence,
 )
-from pev.model import Reliability, VerificationMode, classify_verdict, passes
+from pev.model import Reliability, Verdict, VerificationMode, classify_verdict, passes
+from pev.model._assess import VerdictCheck, raw_digest
 
 __all__ = ["VerifyStep"]
 
@@ -131,31 +136,106 @@ class VerifyStep:
         own = state.policy.verify_timeout_s
         remaining = self._host.deadline.remaining_s()
         call = GuardedCall()
+        limit = earliest(own, remaining)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
-            raw = await call.run(
-                verify(request), timeout=earliest(own, remaining), cancel=self._cancel
-            )
+            raw = await call.run(verify(request), timeout=limit, cancel=self._cancel)
         except CancelledMeanwhile:
             return None  # the loop ends the task as cancelled
-        except TimeoutError:
+        except TimeoutError as exc:
+            if limit is None or loop.time() - started < limit:
+                # The verifier's own TimeoutError, raised before any deadline of the engine's.
+                text = noted(exc, task_id=state.task_id, who="the verifier")
+                return _thrown(revision.number, f"the verifier raised {text}")
             if remaining is not None and (own is None or remaining < own):
                 return None
             return _thrown(revision.number, f"the verifier ran past verify_timeout_s={own:g}")
         except BUGS:
             raise
         except Exception as exc:  # noqa: BLE001 - a verifier that raises is `thrown`
-            return _thrown(revision.number, f"{type(exc).__name__}: {exc}")
-        check = classify_verdict(
-            raw, contract=state.contract, plan=revision.plan, known_refs=known_refs(state)
-        )
+            text = noted(exc, task_id=state.task_id, who="the verifier")
+            return _thrown(revision.number, f"the verifier raised {text}")
+        check = _checked(raw, state, state.policy.value_limits)
         return VerdictRecorded(
             revision=revision.number,
             verdict=check.verdict,
             reliability=check.reliability,
             raw_digest=check.raw_digest,
-            problems=check.problems,
+            problems=tuple(safe_text(problem, _PROBLEM_CHARS) for problem in check.problems),
             usage=call.usage,
         )
+
+
+_PROBLEM_CHARS = 2000  # characters of one problem kept in the ledger
+
+
+def _checked(raw: object, state: TaskState, limits: ValueLimits) -> VerdictCheck:
+    """The engine's reading of what the verifier returned, as the ledger can hold it.
+
+    Whatever the verifier returned never escapes: a return that cannot even be read, or a
+    verdict the ledger cannot record (text that is not valid Unicode, a value past the limits,
+    a field of the wrong type), is ``malformed``, with the reason among its problems.
+    """
+    revision = current(state)
+    try:
+        check = classify_verdict(
+            raw, contract=state.contract, plan=revision.plan, known_refs=known_refs(state)
+        )
+    except Exception as exc:  # noqa: BLE001 - the verifier's own objects may fail to be read
+        return VerdictCheck(
+            reliability=Reliability.MALFORMED,
+            verdict=None,
+            problems=(f"the verifier's return could not be read ({type(exc).__name__}: {exc})",),
+            raw_digest=_digest_of(raw),
+        )
+    if check.verdict is None:
+        return check
+    problem = _unrecordable(check.verdict, limits)
+    if problem is None:
+        return check
+    return VerdictCheck(
+        reliability=Reliability.MALFORMED,
+        verdict=None,
+        problems=(*check.problems, f"the verdict cannot be recorded: {problem}"),
+        raw_digest=check.raw_digest,
+    )
+
+
+def _unrecordable(verdict: Verdict, limits: ValueLimits) -> str | None:
+    """Why the ledger cannot hold ``verdict`` and read it back the same, or ``None``."""
+    try:
+        fields: dict[str, object] = {
+            "status": verdict.status,
+            "feedback": verdict.feedback,
+            "guidance": verdict.guidance,
+            "failed_nodes": list(verdict.failed_nodes),
+            "unmet_criteria": list(verdict.unmet_criteria),
+            "preserved_constraints": list(verdict.preserved_constraints),
+            "evidence_refs": list(verdict.evidence_refs),
+        }
+        for index, result in enumerate(verdict.criteria):
+            fields[f"criteria[{index}]"] = [
+                result.criterion,
+                result.status,
+                list(result.evidence_refs),
+            ]
+        for name, value in fields.items():
+            problem = value_problem(value, limits, path=name)
+            if problem is not None:
+                return problem
+        if codec.loads(codec.dumps(verdict), Verdict) != verdict:
+            return "it does not read back from the ledger as it was returned"
+    except Exception as exc:  # noqa: BLE001 - whatever fails here is the reason
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _digest_of(raw: object) -> str:
+    try:
+        return raw_digest(raw)
+    except Exception:  # noqa: BLE001 - a return that cannot even be hashed has no digest
+        return ""
 
 
 def _thrown(revision: int, problem: str) -> VerdictRecorded:

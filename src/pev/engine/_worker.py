@@ -28,7 +28,8 @@ from pev.engine._agent import (
 from pev.engine._api import driver_for, learn_from, new_task_of
 from pev.engine._components import agent_paths, rebuild
 from pev.engine._tenure import new_owner
-from pev.errors import ComponentError, PevError
+from pev.engine._trust import check_chain
+from pev.errors import ComponentError, LedgerCorruptError, PevError, UsageError
 from pev.experience import LessonBook
 from pev.ledger import Lease, Ledger, Store, TaskState, Wakeups, utc_now
 from pev.model import JsonValue, VerificationContract
@@ -121,8 +122,10 @@ class WorkerReport:
         claimed: Tasks it claimed.
         ended: Claimed tasks that it drove to their end.
         drained: Claimed tasks it stopped driving when told to stop (left for another driver).
-        failed: Claimed tasks whose drive raised (logged; the task stays in its store, its lease
-            held until it expires, so it is not claimed again at once).
+        failed: Claimed tasks whose drive raised, or that were refused (a chain that fails
+            verification, components outside ``PEV_TRUSTED_MODULES`` or not rebuildable):
+            logged; the task stays in its store, its lease held until it expires, so it is not
+            claimed again at once.
     """
 
     owner: str
@@ -305,6 +308,16 @@ class _Shared:
         report, task_id = self.report, claimed.task_id
         try:
             state = await self._drive(claimed)
+        except (LedgerCorruptError, UsageError) as exc:
+            # A broken chain, or components this worker may not or cannot rebuild: the task's
+            # own fault, told in one line. Its lease stays taken until it expires, as below.
+            report.failed += 1
+            log.error(  # noqa: TRY400 - the message is the whole story; no traceback to add
+                "task %s refused: %s; it stays in the store, its lease held until it expires",
+                task_id,
+                exc,
+            )
+            return
         except Exception:  # any failure: a worker outlives the tasks it cannot drive
             # The lease stays taken until it expires (the driver holds it on an error; a task
             # that failed before its driver took it keeps the claim's), so that no worker
@@ -331,6 +344,7 @@ class _Shared:
 
     async def _drive(self, claimed: Lease) -> TaskState:
         ledger = Ledger(self.store, clock=self.clock)
+        await check_chain(ledger, claimed.task_id)
         state = await ledger.state(claimed.task_id)
         if state.terminal:
             return state

@@ -6,7 +6,8 @@
 * :func:`draw_candidates` draws lesson candidates from failure and mixed episodes, keyed by
   (root cause, tool, action kind), from deterministic :data:`TEMPLATES`; :func:`sanitize`
   drops any text that carries numbers, paths, URLs, ids, credentials, names or the source
-  tasks' literals; :func:`tally` promotes a candidate once ``min_support`` independent tasks
+  tasks' literals, or any word outside :data:`LESSON_VOCABULARY` (an allow-list of general
+  recovery words); :func:`tally` promotes a candidate once ``min_support`` independent tasks
   support it;
 * :class:`LessonBook` does all that over a :class:`LessonStore` (the ledger's own store) and
   finds the active lessons that apply to a task, for ``pev.run(..., experience=book)``; its
@@ -39,12 +40,18 @@ from pev.experience._lessons import (
     tally,
     template_text,
 )
-from pev.experience._sanitize import MAX_LESSON_LENGTH, lesson_problems, sanitize
+from pev.experience._sanitize import (
+    LESSON_VOCABULARY,
+    MAX_LESSON_LENGTH,
+    lesson_problems,
+    sanitize,
+)
 from pev.experience._store import LessonStore
 
 __all__ = [
     "CLASSIFICATION",
     "DEFAULT_MIN_SUPPORT",
+    "LESSON_VOCABULARY",
     "MAX_LESSON_LENGTH",
     "TEMPLATES",
     "DraftRequest",

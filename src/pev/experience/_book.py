@@ -59,11 +59,15 @@ A :class:`~pev.chat.ChatModel` may draft instead of a function.
 """
 
 
+# The sanitiser drops any draft with a word outside its vocabulary: the prompt asks for the
+# plain words that pass, so that a model's draft is worth asking for.
 _DRAFT_SYSTEM = (
-    "You rewrite one lesson for a planning agent as one short, general sentence of advice. "
-    "Keep its meaning and the tool's name. Never include numbers, coordinates, names of "
-    "objects, people or places, ids, file paths, URLs, e-mail addresses, credentials, code or "
-    "quoted values. Answer with the sentence only."
+    "You rewrite one lesson for a planning agent as one short, general sentence of advice, in "
+    "plain English. Keep its meaning and the tool's name, and name no other tool. Use only "
+    "common words about planning, acting, observing and checking. Never include numbers (in "
+    "digits or in words), units, coordinates, colours, materials, sizes or other attributes, "
+    "names of objects, people, places or products, ids, file paths, URLs, e-mail addresses, "
+    "credentials, code or quoted values. Answer with the sentence only."
 )
 
 
@@ -162,7 +166,9 @@ class LessonBook:
         Relevance is full-text search over the lessons' text, tool and action kind, by the
         task's tool names and the terms of its goal. Given ``tools``, a lesson about another
         tool never applies, and lessons about the task's own tools come first. With neither
-        tools nor goal terms, every active lesson applies (most supported first).
+        tools nor goal terms, every active lesson applies (most supported first). A stored
+        lesson whose text fails today's sanitiser (saved by an older pev, or written into the
+        store by hand) never applies.
         """
         limit = self._limit if limit is None else limit
         names = tuple(dict.fromkeys(tool for tool in tools if tool))
@@ -178,6 +184,7 @@ class LessonBook:
                 lesson for lesson in found if lesson.key.tool is None or lesson.key.tool in names
             )
             found = tuple(sorted(found, key=lambda lesson: lesson.key.tool is None))
+        found = tuple(lesson for lesson in found if sanitize_for(lesson.key, lesson.text, ()))
         return found[:limit]
 
     async def advice(

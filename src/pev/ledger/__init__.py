@@ -8,12 +8,11 @@ them through a :class:`Store` in one durable transaction.
 
 from pev.ledger._chain import (
     GENESIS_HASH,
-    ChainReport,
     entry_hash,
     event_text,
     seal,
-    verify_chain,
 )
+from pev.ledger._checks import ChainReport, verify_chain, verify_raw
 from pev.ledger._events import (
     SCHEMA_VERSION,
     AwaitingReplan,
@@ -23,6 +22,7 @@ from pev.ledger._events import (
     Dispatched,
     DriverStarted,
     Event,
+    EventSchema,
     EvidenceCaptured,
     LedgerEntry,
     NodeDispatched,
@@ -30,6 +30,7 @@ from pev.ledger._events import (
     NodeProgressed,
     NodeSkipped,
     PlanRejected,
+    RawEntry,
     RecordReconciled,
     ReplanStarted,
     RevisionKind,
@@ -42,7 +43,9 @@ from pev.ledger._events import (
 )
 from pev.ledger._lease import Lease, acquired, check_fence, fenced, released, renewed
 from pev.ledger._ledger import (
+    LEDGER_KEY_ENV,
     Ledger,
+    ledger_key,
     new_task_id,
     utc_now,
 )
@@ -85,6 +88,7 @@ from pev.ledger._summary import (
 
 __all__ = [
     "GENESIS_HASH",
+    "LEDGER_KEY_ENV",
     "SCHEMA_VERSION",
     "TERMINAL_PHASES",
     "AwaitingReplan",
@@ -95,6 +99,7 @@ __all__ = [
     "Dispatched",
     "DriverStarted",
     "Event",
+    "EventSchema",
     "EvidenceCaptured",
     "Lease",
     "Ledger",
@@ -104,6 +109,7 @@ __all__ = [
     "NodeProgressed",
     "NodeSkipped",
     "PlanRejected",
+    "RawEntry",
     "RecordReconciled",
     "ReplanStarted",
     "Revision",
@@ -133,6 +139,7 @@ __all__ = [
     "fenced",
     "finish",
     "known_refs",
+    "ledger_key",
     "lineage_records",
     "lineage_results",
     "missing_evidence",
@@ -150,4 +157,5 @@ __all__ = [
     "unsettled_unknown_actions",
     "utc_now",
     "verify_chain",
+    "verify_raw",
 ]

@@ -1,66 +1,102 @@
-"""The hash chain over a task's events, and the check that finds the first bad one.
+"""The hash chain over a task's events: canonical texts, header lines and seals.
 
-See docs/design.md §5.2.
+Each entry is sealed over a header line (its task, sequence number, time, schema and the hash of
+the entry before) and its event's canonical JSON text; the entry's event schema says which text
+and which seal (:class:`~pev.ledger.EventSchema`). docs/ledger-format.md specifies all of it, so
+that a verifier in any language can check a chain.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
+from json.encoder import encode_basestring
 
 from pev import codec
-from pev.errors import PevError
-from pev.ledger._events import SCHEMA_VERSION, Event, LedgerEntry
+from pev.errors import CodecError
+from pev.ledger._events import Event, EventSchema, LedgerEntry, RawEntry
 from pev.model import TaskId
 
 __all__ = [
     "GENESIS_HASH",
-    "ChainReport",
+    "KEYED",
     "Sealed",
     "entry_hash",
     "entry_texts",
     "event_text",
+    "header_line",
+    "raw_entry",
     "seal",
-    "verify_chain",
+    "seal_of",
 ]
 
 GENESIS_HASH = "0" * 64
 """The ``prev_hash`` of a task's first event."""
 
-
-def event_text(event: object) -> str:
-    """The canonical JSON text of an event, as hashed into the chain and kept by stores."""
-    return codec.dumps(event)
+KEYED = EventSchema.JCS_HMAC_SHA256
+"""The schema of entries sealed with the ledger key."""
 
 
-def entry_hash(
-    *, task_id: str, seq: int, at: datetime, schema: int, event: object, prev_hash: str
-) -> str:
-    """The sha256 of one entry: its task, place, time, schema, event and predecessor's hash.
+def event_text(event: object, schema: int = EventSchema.JCS_SHA256) -> str:
+    """The canonical JSON text of an event in ``schema``'s form, as sealed and kept by stores.
 
-    The digest covers a canonical JSON header line and the event's canonical JSON text, which is
-    exactly the text the stores keep.
+    Raises:
+        CodecError: The event holds a value its schema cannot write (an integer beyond
+            ±(2**53 - 1) under JCS, say).
+        ValueError: Its schema is not one this pev knows.
     """
-    dumps = codec.dumps
-    return _digest(
-        task=dumps(task_id),
-        seq=seq,
-        at=dumps(at),
-        schema=dumps(schema),
-        prev_hash=prev_hash,
-        event=dumps(event),
+    if schema == EventSchema.PEV_SHA256:
+        return codec.dumps(event)
+    if schema in (EventSchema.JCS_SHA256, EventSchema.JCS_HMAC_SHA256):
+        return codec.dumps_jcs(event)
+    raise ValueError(f"event schema {schema} is not one this pev knows")
+
+
+def header_line(task: str, seq: int, at: str, schema: int, prev_hash: str) -> str:
+    """The header line: the JSON array [task_id, seq, at, schema, prev_hash], written compactly.
+
+    ``task`` and ``at`` are already JSON text (quoted); the same text in every schema, since it
+    holds only strings and small integers.
+    """
+    return (
+        f"[{task},{int.__repr__(seq)},{at},{int.__repr__(schema)},{encode_basestring(prev_hash)}]"
     )
 
 
-def _digest(*, task: str, seq: int, at: str, schema: str, prev_hash: str, event: str) -> str:
-    """The hash of an entry, from the canonical texts of its task id, time, schema and event."""
-    # The header is the canonical JSON array [task_id, seq, at, schema, prev_hash], joined here
-    # rather than by codec.dumps of a tuple: the same text, in two thirds of the time.
-    dumps = codec.dumps
-    header = f"[{task},{dumps(seq)},{at},{schema},{dumps(prev_hash)}]"
-    return hashlib.sha256(f"{header}\n{event}".encode()).hexdigest()
+def seal_of(header: str, event: str, *, keyed: bool, key: bytes | None) -> str:
+    """The seal of an entry: sha256, or HMAC-SHA256 under ``key``, of header, newline, event."""
+    data = f"{header}\n{event}".encode()
+    if keyed:
+        if key is None:
+            raise ValueError("a keyed seal needs the ledger key")
+        return hmac.digest(key, data, "sha256").hex()
+    return hashlib.sha256(data).hexdigest()
+
+
+def entry_hash(
+    *,
+    task_id: str,
+    seq: int,
+    at: datetime,
+    schema: int,
+    event: object,
+    prev_hash: str,
+    key: bytes | None = None,
+) -> str:
+    """The seal of one entry: over its task, place, time, schema, event and predecessor's hash.
+
+    The seal covers a header line and the event's canonical JSON text in its schema's form,
+    which is exactly the text the stores keep: sha256, or for
+    :attr:`~EventSchema.JCS_HMAC_SHA256` an HMAC-SHA256 under ``key``.
+
+    Raises:
+        CodecError: The event cannot be written in its schema's form.
+        ValueError: The schema is unknown, or keyed while ``key`` is ``None``.
+    """
+    header = header_line(codec.dumps(task_id), seq, codec.dumps(at), schema, prev_hash)
+    return seal_of(header, event_text(event, schema), keyed=schema == KEYED, key=key)
 
 
 class Sealed(tuple[LedgerEntry, ...]):
@@ -76,29 +112,50 @@ class Sealed(tuple[LedgerEntry, ...]):
 
 
 def seal(
-    task_id: TaskId, events: Sequence[Event], *, after_seq: int, prev_hash: str, at: datetime
+    task_id: TaskId,
+    events: Sequence[Event],
+    *,
+    after_seq: int,
+    prev_hash: str,
+    at: datetime,
+    key: bytes | None = None,
 ) -> tuple[LedgerEntry, ...]:
     """Wrap events as entries that continue a chain whose head is ``(after_seq, prev_hash)``.
 
+    New entries are written in RFC 8785 (JCS) canonical JSON: sealed with HMAC-SHA256 under
+    ``key`` when one is given (:attr:`~EventSchema.JCS_HMAC_SHA256`), else with sha256
+    (:attr:`~EventSchema.JCS_SHA256`). Whatever schemas the entries before hold, the chain
+    continues from ``prev_hash``.
+
     Returns:
         The entries, as a :class:`Sealed` tuple that also holds the texts it hashed.
+
+    Raises:
+        CodecError: An event holds a value no ledger text can (an integer beyond
+            ±(2**53 - 1), text that is not valid Unicode).
     """
-    dumps = codec.dumps
-    task_text, at_text, schema_text = dumps(task_id), dumps(at), dumps(SCHEMA_VERSION)
+    schema = EventSchema.JCS_HMAC_SHA256 if key is not None else EventSchema.JCS_SHA256
+    dumps = codec.dumps_jcs
+    task_text, at_text = codec.dumps(task_id), codec.dumps(at)
     texts: list[tuple[str, str]] = []
     entries: list[LedgerEntry] = []
     for seq, event in enumerate(events, start=after_seq + 1):
         text = dumps(event)
-        digest = _digest(
-            task=task_text, seq=seq, at=at_text, schema=schema_text, prev_hash=prev_hash, event=text
-        )
+        header = header_line(task_text, seq, at_text, schema, prev_hash)
+        try:
+            digest = seal_of(header, text, keyed=key is not None, key=key)
+        except UnicodeEncodeError as exc:
+            raise CodecError(
+                f"event {seq} of task {task_id} holds text that is not valid Unicode "
+                f"({exc.reason}); no ledger can store it"
+            ) from exc
         texts.append((at_text, text))
         entries.append(
             LedgerEntry(
                 task_id=task_id,
                 seq=seq,
                 at=at,
-                schema=SCHEMA_VERSION,
+                schema=int(schema),
                 event=event,
                 prev_hash=prev_hash,
                 hash=digest,
@@ -111,104 +168,28 @@ def seal(
 
 
 def entry_texts(entries: Sequence[LedgerEntry]) -> Sequence[tuple[str, str]]:
-    """Each entry's time and event as canonical JSON text, as a store keeps them.
+    """Each entry's time and event as canonical JSON text (its schema's form), as stores keep them.
 
     Entries straight from :func:`seal` bring the texts it hashed; any others are encoded here.
     """
     if isinstance(entries, Sealed):
         return entries.texts
-    dumps = codec.dumps
-    return [(dumps(entry.at), dumps(entry.event)) for entry in entries]
+    return [(codec.dumps(entry.at), event_text(entry.event, entry.schema)) for entry in entries]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChainReport:
-    """The result of checking one task's ledger.
+def raw_entry(entry: LedgerEntry) -> RawEntry:
+    """The stored form of a decoded entry: its texts in its schema's form.
 
-    Attributes:
-        task_id: The task checked.
-        ok: The chain is whole and every event folds.
-        events: How many events were read.
-        first_bad_seq: The first event that is changed, missing or out of order (``None`` if ok).
-        problem: What is wrong with it, in words.
+    Raises:
+        CodecError: The event cannot be written in its schema's form.
+        ValueError: Its schema is not one this pev knows.
     """
-
-    task_id: str
-    ok: bool
-    events: int
-    first_bad_seq: int | None = None
-    problem: str = ""
-
-
-def verify_chain(
-    task_id: str,
-    entries: Sequence[LedgerEntry],
-    *,
-    head_count: int | None = None,
-    head_hash: str | None = None,
-) -> ChainReport:
-    """Check a task's entries: sequence, links, hashes, and the index's head.
-
-    Args:
-        task_id: The task the entries must belong to.
-        entries: The stored entries, in the order the store returned them.
-        head_count: The event count the task index recorded, when there is an index.
-        head_hash: The head hash the task index recorded.
-
-    Returns:
-        A report naming the first bad event; an edited, dropped (even the last) or reordered
-        event is always caught. Folding the events is checked by :meth:`pev.ledger.Ledger.verify`.
-    """
-    prev_hash = GENESIS_HASH
-    for expected_seq, entry in enumerate(entries, start=1):
-        problem = _entry_problem(task_id, entry, expected_seq, prev_hash)
-        if problem:
-            return ChainReport(
-                task_id=task_id,
-                ok=False,
-                events=len(entries),
-                first_bad_seq=expected_seq,
-                problem=problem,
-            )
-        prev_hash = entry.hash
-    count = len(entries)
-    if head_count is not None and head_count != count:
-        return ChainReport(
-            task_id=task_id,
-            ok=False,
-            events=count,
-            first_bad_seq=min(head_count, count) + 1,
-            problem=f"the task index records {head_count} events but the log holds {count}",
-        )
-    if head_hash is not None and head_hash != prev_hash:
-        return ChainReport(
-            task_id=task_id,
-            ok=False,
-            events=count,
-            first_bad_seq=count,
-            problem="the last event's hash differs from the head hash in the task index",
-        )
-    return ChainReport(task_id=task_id, ok=True, events=count)
-
-
-def _entry_problem(task_id: str, entry: LedgerEntry, expected_seq: int, prev_hash: str) -> str:
-    if entry.task_id != task_id:
-        return f"event {entry.seq} belongs to task {entry.task_id}, not {task_id}"
-    if entry.seq != expected_seq:
-        return f"expected event {expected_seq} here, found event {entry.seq} (dropped or reordered)"
-    if entry.prev_hash != prev_hash:
-        return f"event {entry.seq} does not link to the event before it (dropped or reordered)"
-    try:
-        actual = entry_hash(
-            task_id=entry.task_id,
-            seq=entry.seq,
-            at=entry.at,
-            schema=entry.schema,
-            event=entry.event,
-            prev_hash=entry.prev_hash,
-        )
-    except PevError as exc:
-        return f"event {entry.seq} cannot be encoded: {exc}"
-    if actual != entry.hash:
-        return f"event {entry.seq} was changed after it was written (its hash does not match)"
-    return ""
+    return RawEntry(
+        task_id=entry.task_id,
+        seq=entry.seq,
+        at=codec.dumps(entry.at),
+        schema=entry.schema,
+        event=event_text(entry.event, entry.schema),
+        prev_hash=entry.prev_hash,
+        hash=entry.hash,
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 from types import MappingProxyType
 from typing import ClassVar, Literal, TypeAlias
 
@@ -41,6 +41,7 @@ __all__ = [
     "Dispatched",
     "DriverStarted",
     "Event",
+    "EventSchema",
     "EvidenceCaptured",
     "LedgerEntry",
     "NodeDispatched",
@@ -48,6 +49,7 @@ __all__ = [
     "NodeProgressed",
     "NodeSkipped",
     "PlanRejected",
+    "RawEntry",
     "RecordReconciled",
     "ReplanStarted",
     "RevisionKind",
@@ -60,7 +62,27 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-"""The version of the event schema this pev writes and reads."""
+"""The version of the stored layout of ledgers: the tables and the entry envelope.
+
+An SQLite ledger file records it. It does not change with the event schemas: each entry
+records its own, an :class:`EventSchema`, and a store reads every one this pev knows.
+"""
+
+
+class EventSchema(IntEnum):
+    """How an entry's event is written and sealed: the entry's ``schema`` (docs/ledger-format.md).
+
+    Attributes:
+        PEV_SHA256: pev's own canonical JSON (``1.0`` stays ``1.0``), sealed with sha256; what
+            every event written before RFC 8785 holds.
+        JCS_SHA256: RFC 8785 (JCS) canonical JSON, sealed with sha256: new events without a key.
+        JCS_HMAC_SHA256: RFC 8785 canonical JSON, sealed with HMAC-SHA256 under the ledger key
+            (``PEV_LEDGER_KEY``): new events with a key.
+    """
+
+    PEV_SHA256 = 1
+    JCS_SHA256 = 2
+    JCS_HMAC_SHA256 = 3
 
 
 class RevisionKind(StrEnum):
@@ -379,10 +401,10 @@ class LedgerEntry:
         task_id: The task.
         seq: 1, 2, 3, ... per task, with no gaps.
         at: When it was written (UTC).
-        schema: The event schema version.
+        schema: How the event is written and sealed (an :class:`EventSchema`).
         event: The event.
         prev_hash: The previous entry's hash (64 zeros for the first).
-        hash: sha256 over this entry's fields and ``prev_hash``.
+        hash: The seal over this entry's fields and ``prev_hash``: sha256, or HMAC-SHA256.
     """
 
     task_id: TaskId
@@ -390,5 +412,31 @@ class LedgerEntry:
     at: datetime
     schema: int
     event: Event
+    prev_hash: str
+    hash: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawEntry:
+    """One stored entry exactly as the store holds it: nothing decoded, nothing checked.
+
+    What :meth:`pev.ledger.Store.read_raw` returns, so that a chain can be checked from the
+    stored texts themselves (and a damaged one reported, not raised).
+
+    Attributes:
+        task_id: The task.
+        seq: The stored sequence number.
+        at: The stored time: its JSON text, quotes included, as it was sealed.
+        schema: The stored event schema version (an :class:`EventSchema` when known).
+        event: The stored event: its canonical JSON text, as it was sealed.
+        prev_hash: The stored hash of the entry before.
+        hash: The stored seal of this entry.
+    """
+
+    task_id: str
+    seq: int
+    at: str
+    schema: int
+    event: str
     prev_hash: str
     hash: str

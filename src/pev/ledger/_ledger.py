@@ -3,11 +3,14 @@
 Every write goes through :meth:`Ledger.append`: the events are folded onto the task's current
 state first (an event the state does not allow raises :class:`~pev.errors.StateError` and nothing
 is written), then sealed into the hash chain and appended in one durable transaction with the
-task's new index row.
+task's new index row. With a ledger key (``PEV_LEDGER_KEY``) each new event is sealed with
+HMAC-SHA256 under it, so that nobody without the key can reseal an edit.
 """
 
 from __future__ import annotations
 
+import enum
+import os
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
@@ -16,12 +19,12 @@ from typing import NamedTuple
 from pev.errors import (
     ConflictError,
     LeaseLost,
-    LedgerCorruptError,
-    SchemaVersionError,
     StateError,
     UnknownTaskError,
+    UsageError,
 )
-from pev.ledger._chain import GENESIS_HASH, ChainReport, seal, verify_chain
+from pev.ledger._chain import GENESIS_HASH, KEYED, seal
+from pev.ledger._checks import ChainReport
 from pev.ledger._events import Event, LedgerEntry
 from pev.ledger._lease import Lease
 from pev.ledger._machine import expire, new_task, request_cancel
@@ -29,10 +32,32 @@ from pev.ledger._phases import TaskPhase
 from pev.ledger._state import TaskState, apply
 from pev.ledger._store import Store
 from pev.ledger._summary import TaskSummary, summarize, task_title
+from pev.ledger._verify import verify_task
 from pev.model import JsonValue, TaskId, VerificationContract, VerificationMode
 from pev.policy import RecoveryPolicy
 
-__all__ = ["Ledger", "new_task_id", "utc_now"]
+__all__ = ["LEDGER_KEY_ENV", "Ledger", "ledger_key", "new_task_id", "utc_now"]
+
+LEDGER_KEY_ENV = "PEV_LEDGER_KEY"
+"""The environment variable holding the ledger key (its UTF-8 bytes are the HMAC key)."""
+
+
+class _Environment(enum.Enum):
+    """The default of :class:`Ledger`'s ``key``: read :data:`LEDGER_KEY_ENV`."""
+
+    KEY = "environment"
+
+
+def ledger_key(key: str | bytes | None = None) -> bytes | None:
+    """The ledger key as bytes: ``key`` when given, else :data:`LEDGER_KEY_ENV` (``None``: unset).
+
+    A text key stands for its UTF-8 bytes; an empty key is no key.
+    """
+    if key is None:
+        key = os.environ.get(LEDGER_KEY_ENV)
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    return key or None
 
 
 def utc_now() -> datetime:
@@ -52,6 +77,7 @@ class _Head(NamedTuple):
     seq: int
     hash: str
     title: str
+    keyed: bool  # the head entry is sealed with the ledger key
 
 
 class Ledger:
@@ -67,14 +93,26 @@ class Ledger:
     Args:
         store: Where the events are kept.
         clock: Returns the current UTC time; injected so tests and replays control time.
+        key: The ledger key: new events are sealed with HMAC-SHA256 under it, and
+            :meth:`verify` checks such seals with it. By default the ``PEV_LEDGER_KEY``
+            environment variable (read once, here); ``None`` for no key. Without a key, new
+            events are sealed with sha256, and a task whose last event is keyed is refused
+            (:class:`~pev.errors.UsageError`) rather than continued without it.
     """
 
     HEADS = 1024
     """The most task heads one ledger keeps."""
 
-    def __init__(self, store: Store, *, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        key: str | bytes | _Environment | None = _Environment.KEY,
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._key = ledger_key() if key is _Environment.KEY else ledger_key(key or b"")
         self._heads: dict[str, _Head] = {}
 
     def _keep(self, task_id: str, head: _Head) -> _Head:
@@ -90,6 +128,11 @@ class Ledger:
     def store(self) -> Store:
         """The store the ledger writes to."""
         return self._store
+
+    @property
+    def keyed(self) -> bool:
+        """True when the ledger has a key: new events are sealed with HMAC-SHA256."""
+        return self._key is not None
 
     async def create(
         self,
@@ -151,7 +194,8 @@ class Ledger:
             raise UnknownTaskError(task_id)
         if head is None or entries:
             title = head.title if head else task_title(state.created)
-            head = _Head(state, entries[-1].seq, entries[-1].hash, title)
+            last = entries[-1]
+            head = _Head(state, last.seq, last.hash, title, last.schema == KEYED)
         # A write that finished while this read was in flight may have kept a newer head.
         kept = self._heads.get(task_id)
         if kept is not None and kept.seq > head.seq:
@@ -224,6 +268,11 @@ class Ledger:
         """Fold, seal and append ``events`` after ``head`` (``None``: a new task's first)."""
         if not events and head is not None:
             return head.state, ()
+        if head is not None and head.keyed and self._key is None:
+            raise UsageError(
+                f"task {task_id}: its ledger is sealed with a key, and this ledger has none; set "
+                f"{LEDGER_KEY_ENV} to the key it was written with to continue it"
+            )
         at = self._clock()
         new_state = head.state if head is not None else None
         for event in events:
@@ -238,6 +287,7 @@ class Ledger:
             after_seq=head.seq if head is not None else 0,
             prev_hash=head.hash if head is not None else GENESIS_HASH,
             at=at,
+            key=self._key,
         )
         title = head.title if head is not None else task_title(new_state.created)
         summary = summarize(new_state, head_hash=entries[-1].hash, title=title)
@@ -246,7 +296,8 @@ class Ledger:
         except (ConflictError, LeaseLost):
             self._heads.pop(task_id, None)
             raise
-        self._keep(task_id, _Head(new_state, entries[-1].seq, entries[-1].hash, title))
+        last = entries[-1]
+        self._keep(task_id, _Head(new_state, last.seq, last.hash, title, self._key is not None))
         return new_state, entries
 
     async def entries(self, task_id: str) -> tuple[LedgerEntry, ...]:
@@ -297,51 +348,34 @@ class Ledger:
                 await self.append(task_id, events)
             except (ConflictError, StateError):
                 continue  # another writer moved the task on; its own rules apply
+            except UsageError:
+                continue  # sealed with a key this ledger lacks: left to a ledger that has it
             expired.append(task_id)
         return tuple(expired)
 
-    async def verify(self, task_id: str) -> ChainReport:
-        """Check a task's stored ledger: hash chain, index head, and that every event folds.
+    async def verify(self, task_id: str, *, require_key: bool = False) -> ChainReport:
+        """Check a task's stored ledger from its events, against its index row, and fold it.
+
+        The chain is computed again from the stored texts themselves (:func:`verify_raw`): each
+        event's text, its seal (HMAC-SHA256 ones with this ledger's key) and its link. Then the
+        task index must agree with the events (an index row for each task with events, none
+        without, the same count and head hash), and every event must decode and fold. Damage is
+        reported, never raised: an event that does not parse, decode or fold is named.
+
+        Events sealed with sha256 verify as such, as a ledger written before it had a key does:
+        only one that follows an event sealed with the key is bad. A forger without the key who
+        reseals a whole task with sha256 is caught with ``require_key=True``, under which every
+        event must be sealed with the key (or by a head kept elsewhere: ``pev ledger anchor``).
+        The report's ``keyed_events`` counts the events sealed with the key.
 
         Returns:
             A report; an edited, dropped (the last one too) or reordered event names the first
             bad sequence number.
 
         Raises:
-            UnknownTaskError: No task has that id.
+            UnknownTaskError: Neither the task index nor the events know the task.
         """
-        summary = await self._store.summary(task_id)
-        try:
-            entries = await self._store.read(task_id)
-        except (LedgerCorruptError, SchemaVersionError) as exc:
-            return ChainReport(
-                task_id=task_id,
-                ok=False,
-                events=summary.event_count if summary else 0,
-                first_bad_seq=exc.seq if isinstance(exc, LedgerCorruptError) else None,
-                problem=str(exc),
-            )
-        report = verify_chain(
-            task_id,
-            entries,
-            head_count=summary.event_count if summary else None,
-            head_hash=summary.head_hash if summary else None,
-        )
-        if not report.ok:
-            return report
-        state: TaskState | None = None
-        for entry in entries:
-            try:
-                state = apply(state, entry.event, at=entry.at)
-            except StateError as exc:
-                return ChainReport(
-                    task_id=task_id,
-                    ok=False,
-                    events=len(entries),
-                    first_bad_seq=entry.seq,
-                    problem=f"event {entry.seq} does not fit the task's history: {exc}",
-                )
-        return report
+        return await verify_task(self._store, task_id, key=self._key, require_key=require_key)
 
     def forget(self, task_id: str) -> None:
         """Drop the cached state of a task, so the next read folds it from the store."""

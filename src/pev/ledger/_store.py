@@ -8,14 +8,21 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from pev.errors import ConflictError, StoreError
-from pev.ledger._events import LedgerEntry
+from pev import codec
+from pev.errors import (
+    CodecError,
+    ConflictError,
+    LedgerCorruptError,
+    SchemaVersionError,
+    StoreError,
+)
+from pev.ledger._events import Event, EventSchema, LedgerEntry, RawEntry
 from pev.ledger._lease import Lease
 from pev.ledger._phases import TaskPhase
 from pev.ledger._summary import TaskSummary
 from pev.model import TaskId
 
-__all__ = ["Store", "Wakeups", "check_batch"]
+__all__ = ["Store", "Wakeups", "check_batch", "decode_entry"]
 
 
 @runtime_checkable
@@ -100,7 +107,24 @@ class Store(Protocol):
         Raises:
             UnknownTaskError: No task has that id.
             LedgerCorruptError: A stored entry cannot be decoded (names its sequence number).
+            SchemaVersionError: A stored entry has an event schema newer than this pev knows.
         """
+        ...
+
+    async def read_raw(self, task_id: str) -> tuple[RawEntry, ...]:
+        """Every stored entry of the task as stored, in sequence order: nothing decoded or checked.
+
+        What ``pev ledger verify`` checks a chain from: a damaged entry comes back as it is
+        (text that is not UTF-8 with its bytes kept as surrogate escapes), so that the check
+        can name it instead of failing to read it.
+
+        Raises:
+            UnknownTaskError: The store holds no event of that task.
+        """
+        ...
+
+    async def ledger_task_ids(self) -> tuple[str, ...]:
+        """The id of every task that has events, sorted: read from the events, not the index."""
         ...
 
     async def summary(self, task_id: str) -> TaskSummary | None:
@@ -186,3 +210,51 @@ def check_batch(
         raise StoreError(f"task {task_id}: appending seq {first} after {head_seq} leaves a gap")
     if entries[0].prev_hash != head_hash:
         raise StoreError(f"task {task_id}: entry {first} does not link to the stored head")
+
+
+_NEWEST_SCHEMA = max(EventSchema)
+
+
+def decode_entry(raw: RawEntry, *, location: str) -> LedgerEntry:
+    """Decode a stored entry, of any event schema this pev knows (its seal is not checked).
+
+    Args:
+        raw: The entry as stored.
+        location: Where the store keeps it, for the error of an unknown schema.
+
+    Raises:
+        SchemaVersionError: The entry's event schema is newer than this pev knows.
+        LedgerCorruptError: The entry cannot be decoded (names its sequence number).
+    """
+    if raw.seq < 1:
+        raise LedgerCorruptError(
+            f"task {raw.task_id}: a stored event has no sequence number", task_id=raw.task_id, seq=0
+        )
+    if raw.schema > _NEWEST_SCHEMA:
+        raise SchemaVersionError(
+            location=f"{location} (task {raw.task_id}, event {raw.seq})",
+            found=raw.schema,
+            expected=int(_NEWEST_SCHEMA),
+        )
+    if raw.schema < EventSchema.PEV_SHA256:
+        raise LedgerCorruptError(
+            f"task {raw.task_id}: event {raw.seq} has no event schema ({raw.schema})",
+            task_id=raw.task_id,
+            seq=raw.seq,
+        )
+    try:
+        return LedgerEntry(
+            task_id=TaskId(raw.task_id),
+            seq=raw.seq,
+            at=codec.loads(raw.at, datetime),
+            schema=raw.schema,
+            event=codec.loads(raw.event, Event, jcs=raw.schema != EventSchema.PEV_SHA256),
+            prev_hash=raw.prev_hash,
+            hash=raw.hash,
+        )
+    except (CodecError, RecursionError) as exc:
+        raise LedgerCorruptError(
+            f"task {raw.task_id}: event {raw.seq} cannot be read: {exc}",
+            task_id=raw.task_id,
+            seq=raw.seq,
+        ) from exc

@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Literal, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
 try:
     import openai
@@ -43,6 +43,11 @@ StructuredOutput = Literal["json_schema", "json_object"]
 LOCAL_PLACEHOLDER_KEY = "pev-local-no-key"
 """Sent to a server given by ``base_url`` when no key is configured: local servers ignore it,
 but the SDK requires one."""
+
+# Query parameters that carry a key in the URLs of some APIs (after lower-casing, "-" as "_").
+_CREDENTIAL_QUERY_NAMES = frozenset(
+    {"access_token", "api_key", "apikey", "auth", "key", "password", "secret", "sig", "token"}
+)
 
 
 class OpenAIChat:
@@ -93,6 +98,7 @@ class OpenAIChat:
                 f"structured_output must be 'json_schema' or 'json_object', "
                 f"got {structured_output!r}"
             )
+        _refuse_credentials(base_url, "base_url")
         key = api_key or os.environ.get("PEV_LLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
         if not key:
             if base_url is None:
@@ -116,7 +122,9 @@ class OpenAIChat:
             # call costs little next to a model's answer.
             default_headers={"Connection": "close"},
         )
-        self.base_url = _without_userinfo(str(self._client.base_url)).rstrip("/")
+        if base_url is None:  # the SDK's default, which OPENAI_BASE_URL may set
+            _refuse_credentials(str(self._client.base_url), "OPENAI_BASE_URL")
+        self.base_url = str(self._client.base_url).rstrip("/")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OpenAIChat:
@@ -140,6 +148,7 @@ class OpenAIChat:
             raise UsageError(f"PEV_LLM_TIMEOUT_S / PEV_LLM_MAX_RETRIES: {exc}") from exc
         structured = env.get("PEV_LLM_STRUCTURED_OUTPUT") or "json_schema"
         base_url = env.get("PEV_LLM_BASE_URL") or None
+        _refuse_credentials(base_url, "PEV_LLM_BASE_URL")
         key = env.get("PEV_LLM_API_KEY") or env.get("OPENAI_API_KEY")
         return cls(
             model,
@@ -252,11 +261,36 @@ def _message(message: ChatMessage) -> dict[str, Any]:
     return {"role": message.role, "content": parts}
 
 
-def _without_userinfo(url: str) -> str:
-    """The URL without ``user:password@``, which must not reach a repr or a message."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc))
+def _refuse_credentials(url: str | None, where: str) -> None:
+    """Refuse a server URL that carries credentials, without repeating them.
+
+    The SDK would send ``user:password@`` as Basic auth, and HTTP libraries log request URLs:
+    a key belongs in ``api_key`` (or ``PEV_LLM_API_KEY``), which only ever goes into a header.
+
+    Args:
+        url: The URL (``None``: nothing to check).
+        where: What it was given as (``base_url``, ``PEV_LLM_BASE_URL``), for the message.
+
+    Raises:
+        UsageError: The URL holds user information or a key in its query, or does not parse.
+    """
+    if url is None:
+        return
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError as exc:
+        raise UsageError(f"{where} is not a valid URL ({exc})") from None
+    if "@" in parts.netloc:
+        what = "user information before '@'"
+    else:
+        names = sorted(
+            {name for name, _ in query if name.lower().replace("-", "_") in _CREDENTIAL_QUERY_NAMES}
+        )
+        if not names:
+            return
+        what = f"query parameter {', '.join(names)}"
+    raise UsageError(
+        f"{where} carries credentials ({what}); pass the key with api_key= or "
+        "PEV_LLM_API_KEY, which only ever goes into a request header, and give the URL without it"
+    )

@@ -8,6 +8,7 @@ Every type here is an immutable value with no I/O; :mod:`pev.codec` turns them i
 from pev._json import (
     JsonObject,
     JsonValue,
+    ValueLimits,
     canonical_json,
     digest,
     freeze_json,
@@ -76,6 +77,7 @@ __all__ = [
     "TaskId",
     "ToolParameter",
     "ToolSpec",
+    "ValueLimits",
     "Verdict",
     "VerdictCheck",
     "VerdictStatus",

@@ -8,7 +8,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from pev._json import JsonObject, JsonValue, freeze_json, is_json_object, json_type_name
+from pev._json import (
+    JsonObject,
+    JsonValue,
+    ValueLimits,
+    freeze_json,
+    is_json_object,
+    json_type_name,
+    value_problem,
+)
 from pev.errors import PlanError
 
 __all__ = [
@@ -55,12 +63,18 @@ class ToolParameter:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
-    """A registered tool's name, declared effect and signature."""
+    """A registered tool's name, declared effect and signature.
+
+    Attributes:
+        secrets: ``(parameter, source)`` for each secret parameter, which a plan never passes:
+            it is filled when the tool is called, from ``source`` (``PAYMENTS_TOKEN``).
+    """
 
     name: str
     effect: Effect = Effect.ACTION
     parameters: tuple[ToolParameter, ...] = ()
     description: str = ""
+    secrets: tuple[tuple[str, str], ...] = ()
 
 
 # PlanNode and Plan keep the documented positional signatures (`PlanNode(id, description, ...)`,
@@ -163,6 +177,7 @@ def validate_plan(
     *,
     tools: Mapping[str, ToolSpec] | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
+    limits: ValueLimits | None = None,
 ) -> None:
     """Check a plan before anything runs.
 
@@ -170,11 +185,13 @@ def validate_plan(
         plan: The plan to check.
         tools: The registered tools by name; ``None`` skips the tool checks (no registry).
         max_nodes: The most nodes a plan may have.
+        limits: How deep and large each node's args may be (the task policy's
+            ``max_value_depth`` and ``max_value_bytes``); the defaults when ``None``.
 
     Raises:
         PlanError: Listing every problem found, in plan order.
     """
-    problems = plan_problems(plan, tools=tools, max_nodes=max_nodes)
+    problems = plan_problems(plan, tools=tools, max_nodes=max_nodes, limits=limits)
     if problems:
         raise PlanError(problems)
 
@@ -184,13 +201,21 @@ def plan_problems(
     *,
     tools: Mapping[str, ToolSpec] | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
+    limits: ValueLimits | None = None,
 ) -> tuple[str, ...]:
-    """Every problem that makes ``plan`` invalid, in a stable order; empty when it is valid."""
+    """Every problem that makes ``plan`` invalid, in a stable order; empty when it is valid.
+
+    Besides the structure, every value must be one the ledger can record: text that is valid
+    Unicode, and args that hold only JSON (no NaN or infinity, no object JSON cannot hold, no
+    integer past ±(2**53-1)) within ``limits`` (see :func:`validate_plan`).
+    """
     problems: list[str] = []
     if not isinstance(plan, Plan):
         return (f"expected a Plan, got a {type(plan).__name__}",)
     if not isinstance(plan.goal, str):
         problems.append(f"the plan's goal must be a string, got a {type(plan.goal).__name__}")
+    elif (problem := value_problem(plan.goal, limits, path="goal")) is not None:
+        problems.append(f"the plan's {problem}")
     if not isinstance(plan.nodes, tuple) or not all(isinstance(n, PlanNode) for n in plan.nodes):
         problems.append("the plan's nodes must be a sequence of PlanNode")
         return tuple(problems)
@@ -214,13 +239,16 @@ def plan_problems(
         if count > 1
     )
     for node in plan.nodes:
-        problems.extend(_node_problems(node, known, tools))
+        problems.extend(_node_problems(node, known, tools, limits))
     problems.extend(_cycle_problems(plan.nodes, known))
     return tuple(problems)
 
 
 def _node_problems(
-    node: PlanNode, known: set[str], tools: Mapping[str, ToolSpec] | None
+    node: PlanNode,
+    known: set[str],
+    tools: Mapping[str, ToolSpec] | None,
+    limits: ValueLimits | None,
 ) -> Iterator[str]:
     where = f"node {node.id!r}"
     if not isinstance(node.id, str) or not node.id.strip():
@@ -231,6 +259,10 @@ def _node_problems(
         yield f"{where}: description must be a string"
     if node.tool is not None and not isinstance(node.tool, str):
         yield f"{where}: tool must be a tool name (a string) or None"
+    for name in ("id", "description", "tool"):
+        text = getattr(node, name)
+        if isinstance(text, str) and (problem := value_problem(text, limits, path=name)):
+            yield f"{where}: {problem}"
 
     after_ok = isinstance(node.after, tuple) and all(isinstance(dep, str) for dep in node.after)
     if not after_ok:
@@ -270,10 +302,9 @@ def _node_problems(
         else:
             yield f"{where}: args must be a JSON object, got a {type(node.args).__name__}"
         return
-    try:
-        freeze_json(node.args, path="args")
-    except (TypeError, ValueError) as exc:
-        yield f"{where}: {exc}"
+    problem = value_problem(node.args, limits, path="args")
+    if problem is not None:
+        yield f"{where}: {problem}"
         return
     if node.args:  # empty args hold no $ref
         yield from _ref_problems(where, node, after_ok)
@@ -322,6 +353,13 @@ def _signature_problems(where: str, args: Mapping[str, JsonValue], spec: ToolSpe
     params = {param.name: param for param in spec.parameters}
     for name, value in args.items():
         found_param = params.get(name)
+        source = dict(spec.secrets).get(name) if found_param is None else None
+        if source is not None:
+            yield (
+                f"{where}: {name!r} is a secret of tool {spec.name!r}; it is filled from "
+                f"{source} at call time, never planned: leave it out of args"
+            )
+            continue
         if found_param is None:
             accepted = ", ".join(sorted(params)) or "none"
             yield (

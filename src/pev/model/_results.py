@@ -57,16 +57,18 @@ NodeResult: TypeAlias = Success | DeviceFailure | VerifierFailure
 """The result of one node: a success, a device failure or a node-level check failure."""
 
 
-def as_node_result(node_id: str, value: object, *, source: str) -> NodeResult:
+def as_node_result(node_id: str, value: object, *, source: str, action: bool = False) -> NodeResult:
     """A tool's or function's return value as the result of node ``node_id``.
 
     A node result passes through, stamped with the node's id (a tool does not know it); any
-    other value is a :class:`Success`, or a :class:`DeviceFailure` when JSON cannot hold it.
+    other value is a :class:`Success`, or a :class:`DeviceFailure` when JSON cannot hold it:
+    its outcome is unknown for an action (it ran; what it did is not recorded).
 
     Args:
         node_id: The node that ran.
         value: What the tool or function returned.
         source: Who returned it, for the failure message (``"tool 'pick'"``).
+        action: Whether the node is an action.
     """
     if isinstance(value, Success):
         return value
@@ -74,5 +76,12 @@ def as_node_result(node_id: str, value: object, *, source: str) -> NodeResult:
         return value if value.node_id == node_id else replace(value, node_id=node_id)
     try:
         return Success(value)  # type: ignore[arg-type]  # freeze_json checks it at run time
-    except (TypeError, ValueError) as exc:
-        return DeviceFailure(node_id, f"{source} returned a non-JSON value ({exc})")
+    except Exception as exc:  # noqa: BLE001 - a value that cannot be read is not JSON either
+        # freeze_json's own errors name the place; anything else is named by its type.
+        why = (
+            str(exc) if isinstance(exc, TypeError | ValueError) else f"{type(exc).__name__}: {exc}"
+        )
+        note = "; the action ran, but what it returned is not recorded" if action else ""
+        return DeviceFailure(
+            node_id, f"{source} returned a non-JSON value ({why}){note}", outcome_unknown=action
+        )

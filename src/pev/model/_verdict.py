@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from pev.errors import ContractError
 from pev.model._contract import VerificationContract
 
 __all__ = [
@@ -152,9 +154,14 @@ class Verdict:
                 ``replan_required``.
             guidance: Advice for the re-planner.
             evidence_refs: References the verdict rests on.
+
+        Raises:
+            ContractError: ``unmet`` names a criterion that is not in the contract (the error
+                names the closest one that is).
         """
         refs = tuple(evidence_refs)
         unmet_set = set(contract.success_criteria) if unmet is None else set(unmet)
+        _check_named(contract, unmet_set, "unmet")
         results = tuple(
             CriterionResult(
                 criterion,
@@ -190,17 +197,24 @@ class Verdict:
         """A verdict from a check per criterion, each a bool or ``(bool, evidence refs)``.
 
         Every contract criterion gets one result, quoted verbatim: ``satisfied`` or
-        ``unsatisfied`` as checked, ``unknown`` when ``checks`` does not mention it. All
-        satisfied is ``success``; any unsatisfied is ``replan_required`` (``failure`` when
-        ``unreachable``) blaming ``failed_nodes``; only unknowns left is ``inconclusive``.
+        ``unsatisfied`` as checked, ``unknown`` when ``checks`` does not mention it (or maps it
+        to ``None``). All satisfied is ``success``; any unsatisfied is ``replan_required``
+        (``failure`` when ``unreachable``) blaming ``failed_nodes``; only unknowns left is
+        ``inconclusive``.
+
+        Raises:
+            ContractError: ``checks`` names a criterion that is not in the contract (a typo, a
+                trailing full stop): the error names it and the closest contract criterion.
+            TypeError: A check is neither a bool nor a ``(bool, refs)`` pair.
         """
+        _check_named(contract, checks, "checks")
         results: list[CriterionResult] = []
         for criterion in contract.success_criteria:
             check = checks.get(criterion)
             if check is None:
                 results.append(CriterionResult(criterion, CriterionStatus.UNKNOWN))
                 continue
-            ok, refs = (check, ()) if isinstance(check, bool) else (check[0], tuple(check[1]))
+            ok, refs = _check_of(criterion, check)
             status = CriterionStatus.SATISFIED if ok else CriterionStatus.UNSATISFIED
             results.append(CriterionResult(criterion, status, tuple(refs)))
         cited = tuple(dict.fromkeys(ref for result in results for ref in result.evidence_refs))
@@ -248,6 +262,39 @@ class Verdict:
         return cls.failed(
             contract, failed_nodes=failed_nodes, feedback=feedback, evidence_refs=evidence_refs
         )
+
+
+def _check_named(contract: VerificationContract, named: Iterable[object], argument: str) -> None:
+    """Refuse criteria that are not the contract's, naming the closest contract criterion."""
+    criteria = contract.success_criteria
+    for name in named:
+        if name in criteria:
+            continue
+        if not criteria:
+            hint = "this contract has no success criteria (its mode is off)"
+        else:
+            text = name if isinstance(name, str) else repr(name)
+            closest = max(criteria, key=lambda c: difflib.SequenceMatcher(None, text, c).ratio())
+            hint = f"did you mean {closest!r}? Quote each criterion verbatim"
+        raise ContractError(
+            f"{argument} names {name!r}, which is not a success criterion of the contract; "
+            f"{hint} (the contract's criteria: {list(criteria)})",
+            field="success_criteria",
+        )
+
+
+def _check_of(criterion: str, check: object) -> tuple[bool, tuple[str, ...]]:
+    """A check as ``(ok, refs)``; a bool is ``(ok, ())``."""
+    if isinstance(check, bool):
+        return check, ()
+    if isinstance(check, tuple | list) and len(check) == 2 and isinstance(check[0], bool):
+        refs = check[1]
+        if not isinstance(refs, str) and isinstance(refs, Iterable):
+            return check[0], tuple(refs)
+    raise TypeError(
+        f"the check of criterion {criterion!r} must be a bool or an (ok, evidence refs) pair, "
+        f"got a {type(check).__name__}"
+    )
 
 
 def passes(verdict: Verdict | None, reliability: Reliability | None) -> bool:

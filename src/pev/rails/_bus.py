@@ -28,6 +28,7 @@ from pev.ledger import (
     TaskState,
 )
 from pev.model import ExecutionRecord, Plan, VerificationContract
+from pev.model._exceptions import describe_exception
 from pev.rails._event import PHASES_OF_EVENT, Rail, RailEvent, RailPhase
 
 __all__ = ["RailBus", "RailLike"]
@@ -203,12 +204,14 @@ class RailBus:
                     extra=extra,
                 )
             else:
+                # Logged at ERROR, with the traceback: a rail that raises is a bug in the rail.
                 _LOG.exception(
-                    "rail %s raised at phase %s (task %s, seq %d)",
+                    "rail %s raised at phase %s (task %s, seq %d): %s",
                     slot.name,
                     phase,
                     entry.task_id,
                     entry.seq,
+                    describe_exception(exc),
                     extra=extra,
                 )
 

@@ -10,16 +10,19 @@ import asyncio
 import threading
 from collections.abc import Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from datetime import datetime
 
-from pev.errors import StoreError, UnknownTaskError
+from pev.errors import CodecError, StoreError, UnknownTaskError
 from pev.experience import Episode, Lesson, LessonStatus, lesson_terms, search_terms
 from pev.kernel import deadline_passed
 from pev.ledger import (
     GENESIS_HASH,
     TERMINAL_PHASES,
+    EventSchema,
     Lease,
     LedgerEntry,
+    RawEntry,
     TaskPhase,
     TaskSummary,
     acquired,
@@ -28,6 +31,7 @@ from pev.ledger import (
     released,
     renewed,
 )
+from pev.ledger._chain import raw_entry
 from pev.ledger._lease import is_free
 from pev.model import TaskId
 from pev.stores._wakeups import Waiters
@@ -152,6 +156,21 @@ class MemoryStore:
                 raise UnknownTaskError(task_id)
             return tuple(stored[max(after, 0) :])  # entry seq n sits at index n - 1
 
+    async def read_raw(self, task_id: str) -> tuple[RawEntry, ...]:
+        """The task's entries as a store of texts would hold them (see :class:`pev.ledger.Store`).
+
+        This store keeps the entries themselves, so their texts are written again here, each in
+        its schema's form: the same texts their seals were computed over.
+        """
+        stored = await self.read(task_id)
+        return tuple(_raw(entry) for entry in stored)
+
+    async def ledger_task_ids(self) -> tuple[str, ...]:
+        """Every task that has events, sorted."""
+        with self._lock:
+            self._check_open()
+            return tuple(sorted(task_id for task_id, stored in self._entries.items() if stored))
+
     async def summary(self, task_id: str) -> TaskSummary | None:
         """The task's index row, or ``None``."""
         with self._lock:
@@ -247,6 +266,17 @@ class MemoryStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError("this MemoryStore is closed")
+
+
+def _raw(entry: LedgerEntry) -> RawEntry:
+    try:
+        return raw_entry(entry)
+    except (CodecError, ValueError):
+        # An entry its schema cannot write (only one put here behind the store's back): its
+        # text in pev's own form, which the check then finds is not its schema's.
+        return replace(
+            raw_entry(replace(entry, schema=EventSchema.PEV_SHA256)), schema=entry.schema
+        )
 
 
 def rank_by_terms(

@@ -20,23 +20,18 @@ from collections.abc import Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 
-from pev import codec
 from pev.errors import (
-    CodecError,
     ConflictError,
-    LedgerCorruptError,
-    SchemaVersionError,
     StoreError,
     UnknownTaskError,
 )
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
     GENESIS_HASH,
-    SCHEMA_VERSION,
     TERMINAL_PHASES,
-    Event,
     Lease,
     LedgerEntry,
+    RawEntry,
     TaskPhase,
     TaskSummary,
     acquired,
@@ -47,6 +42,7 @@ from pev.ledger import (
 )
 from pev.ledger._chain import entry_texts
 from pev.ledger._lease import is_free
+from pev.ledger._store import decode_entry
 from pev.model import TaskId
 from pev.stores._postgres_db import Cursor, Database, TupleRow, UniqueViolation
 from pev.stores._postgres_lessons import PostgresLessons
@@ -341,6 +337,21 @@ class PostgresStore(PostgresLessons):
 
     async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
         """The task's entries after ``after``, decoded; a row that cannot be read is named."""
+        location = self._db.location
+        return tuple(
+            decode_entry(raw, location=location) for raw in await self._rows(task_id, after)
+        )
+
+    async def read_raw(self, task_id: str) -> tuple[RawEntry, ...]:
+        """The task's rows as stored, in sequence order (see :class:`pev.ledger.Store`)."""
+        return await self._rows(task_id, 0)
+
+    async def ledger_task_ids(self) -> tuple[str, ...]:
+        """Every task that has events, sorted: from the events table, not the index."""
+        rows = await self._db.query("SELECT DISTINCT task_id FROM {s}.pev_events", ())
+        return tuple(sorted(str(row[0]) for row in rows))
+
+    async def _rows(self, task_id: str, after: int) -> tuple[RawEntry, ...]:
         rows = await self._db.query(
             "SELECT seq, at, schema, event, prev_hash, hash FROM {s}.pev_events "
             "WHERE task_id = %s AND seq > %s ORDER BY seq",
@@ -353,30 +364,18 @@ class PostgresStore(PostgresLessons):
             )
         ):
             raise UnknownTaskError(task_id)
-        return tuple(self._decode_row(task_id, row) for row in rows)
-
-    def _decode_row(self, task_id: str, row: TupleRow) -> LedgerEntry:
-        seq, at, schema, event, prev_hash, hash_ = row
-        if schema != SCHEMA_VERSION:
-            raise SchemaVersionError(
-                location=f"{self._db.location} (task {task_id}, event {seq})",
-                found=int(schema),
-                expected=SCHEMA_VERSION,
-            )
-        try:
-            return LedgerEntry(
-                task_id=TaskId(task_id),
+        return tuple(
+            RawEntry(
+                task_id=task_id,
                 seq=int(seq),
-                at=codec.loads(str(at), datetime),
-                schema=SCHEMA_VERSION,
-                event=codec.loads(str(event), Event),
+                at=str(at),
+                schema=int(schema),
+                event=str(event),
                 prev_hash=str(prev_hash),
                 hash=str(hash_),
             )
-        except CodecError as exc:
-            raise LedgerCorruptError(
-                f"task {task_id}: event {seq} cannot be read: {exc}", task_id=task_id, seq=int(seq)
-            ) from exc
+            for seq, at, schema, event, prev_hash, hash_ in rows
+        )
 
     async def summary(self, task_id: str) -> TaskSummary | None:
         """The task's index row, or ``None``."""

@@ -20,21 +20,16 @@ from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from pev import codec
 from pev.errors import (
-    CodecError,
     ConflictError,
-    LedgerCorruptError,
-    SchemaVersionError,
     UnknownTaskError,
 )
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
     GENESIS_HASH,
-    SCHEMA_VERSION,
-    Event,
     Lease,
     LedgerEntry,
+    RawEntry,
     TaskPhase,
     TaskSummary,
     acquired,
@@ -44,6 +39,7 @@ from pev.ledger import (
     renewed,
 )
 from pev.ledger._chain import entry_texts
+from pev.ledger._store import decode_entry
 from pev.model import TaskId
 from pev.stores._sqlite_db import RUNNABLE_TASKS, SQLiteDatabase, query_rows
 from pev.stores._sqlite_lessons import SQLiteLessons
@@ -71,6 +67,15 @@ _SELECT_HEAD = (
 _UPDATE_HEAD = (
     "UPDATE pev_tasks SET updated_at = ?, event_count = ?, head_hash = ? WHERE task_id = ?"
 )
+# An event row's columns, as read back.
+_COLUMNS = "seq, at, schema, event, prev_hash, hash"
+# The same, texts as their bytes: a text column holding bytes that are not UTF-8 is still read.
+_RAW_COLUMNS = (
+    "seq, CAST(at AS BLOB), schema, CAST(event AS BLOB), CAST(prev_hash AS BLOB), "
+    "CAST(hash AS BLOB)"
+)
+
+
 _SELECT_LEASE = "SELECT owner, epoch, expires_at FROM pev_leases WHERE task_id = ?"
 _UPSERT_LEASE = (
     "INSERT INTO pev_leases (task_id, owner, epoch, expires_at) VALUES (?, ?, ?, ?) "
@@ -317,15 +322,29 @@ class SQLiteStore(SQLiteLessons):
     async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
         """The task's entries after ``after``, decoded; a row that cannot be read is named."""
         rows = await self._db.run(lambda conn: self._read_rows(conn, task_id, after))
-        return tuple(self._decode_row(task_id, row) for row in rows)
+        location = self._db.location
+        return tuple(decode_entry(_raw_of(task_id, row), location=location) for row in rows)
+
+    async def read_raw(self, task_id: str) -> tuple[RawEntry, ...]:
+        """The task's rows as stored, in sequence order (see :class:`pev.ledger.Store`).
+
+        Texts are read as bytes, so one whose bytes are not UTF-8 comes back (its bad bytes as
+        surrogate escapes) for the check to name, instead of failing the read.
+        """
+        rows = await self._db.run(lambda conn: self._read_rows(conn, task_id, 0, _RAW_COLUMNS))
+        return tuple(_raw_of(task_id, row) for row in rows)
+
+    async def ledger_task_ids(self) -> tuple[str, ...]:
+        """Every task that has events, sorted: from the events table, not the index."""
+        rows = await self._db.query("SELECT DISTINCT task_id FROM pev_events", ())
+        return tuple(sorted(str(row[0]) for row in rows))
 
     def _read_rows(
-        self, conn: sqlite3.Connection, task_id: str, after: int
+        self, conn: sqlite3.Connection, task_id: str, after: int, columns: str = _COLUMNS
     ) -> list[tuple[object, ...]]:
         rows = query_rows(
             conn,
-            "SELECT seq, at, schema, event, prev_hash, hash FROM pev_events "
-            "WHERE task_id = ? AND seq > ? ORDER BY seq",
+            f"SELECT {columns} FROM pev_events WHERE task_id = ? AND seq > ? ORDER BY seq",  # noqa: S608 - fixed column lists
             (task_id, after),
         )
         if not rows and (
@@ -336,33 +355,6 @@ class SQLiteStore(SQLiteLessons):
         ):
             raise UnknownTaskError(task_id)
         return rows
-
-    def _decode_row(self, task_id: str, row: tuple[object, ...]) -> LedgerEntry:
-        seq, at, schema, event, prev_hash, hash_ = row
-        if not isinstance(seq, int):
-            raise LedgerCorruptError(
-                f"task {task_id}: a stored event has sequence {seq!r}", task_id=task_id, seq=0
-            )
-        if schema != SCHEMA_VERSION:
-            raise SchemaVersionError(
-                location=f"{self._db.location} (task {task_id}, event {seq})",
-                found=int(schema) if isinstance(schema, int) else 0,
-                expected=SCHEMA_VERSION,
-            )
-        try:
-            return LedgerEntry(
-                task_id=TaskId(task_id),
-                seq=seq,
-                at=codec.loads(str(at), datetime),
-                schema=SCHEMA_VERSION,
-                event=codec.loads(str(event), Event),
-                prev_hash=str(prev_hash),
-                hash=str(hash_),
-            )
-        except CodecError as exc:
-            raise LedgerCorruptError(
-                f"task {task_id}: event {seq} cannot be read: {exc}", task_id=task_id, seq=seq
-            ) from exc
 
     async def summary(self, task_id: str) -> TaskSummary | None:
         """The task's index row, or ``None``."""
@@ -397,6 +389,32 @@ class SQLiteStore(SQLiteLessons):
         )
         rows = await self._db.run(lambda conn: query_rows(conn, query, (_time_key(now),)))
         return tuple(TaskId(str(row[0])) for row in rows)
+
+
+def _raw_of(task_id: str, row: tuple[object, ...]) -> RawEntry:
+    """A stored row as it is; a column of the wrong type (a damaged row) kept as best it can."""
+    seq, at, schema, event, prev_hash, hash_ = row
+    return RawEntry(
+        task_id=task_id,
+        seq=_number(seq),
+        at=_text(at),
+        schema=_number(schema),
+        event=_text(event),
+        prev_hash=_text(prev_hash),
+        hash=_text(hash_),
+    )
+
+
+def _number(value: object) -> int:
+    # Only a damaged row holds anything but an integer here: 0 is no sequence number or schema
+    # pev writes, so the check names the row.
+    return value if isinstance(value, int) else 0
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return "" if value is None else str(value)
 
 
 def _summary_from_row(row: tuple[object, ...]) -> TaskSummary:

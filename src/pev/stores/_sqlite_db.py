@@ -30,6 +30,13 @@ from typing import TypeVar
 from pev import codec
 from pev.errors import CodecError, SchemaVersionError, StoreError
 from pev.ledger import SCHEMA_VERSION
+from pev.stores._sqlite_file import (
+    check_not_foreign,
+    make_room,
+    one_line,
+    os_reason,
+    unreadable,
+)
 from pev.stores._wakeups import watched
 
 __all__ = ["RUNNABLE_TASKS", "Busy", "SQLiteDatabase", "query_rows"]
@@ -149,7 +156,7 @@ class SQLiteDatabase:
         in_memory = str(path) == ":memory:"
         self._location = str(path) if in_memory else str(Path(path).expanduser())
         if not in_memory:
-            Path(self._location).parent.mkdir(parents=True, exist_ok=True)
+            make_room(self._location)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pev-sqlite")
         self._inline: sqlite3.Connection | None = None
         self._full_text = False
@@ -176,9 +183,16 @@ class SQLiteDatabase:
             conn = sqlite3.connect(
                 self._location, timeout=timeout_s, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the ledger {self._location}: {exc}") from exc
+            raise StoreError(
+                f"cannot open the ledger {self._location} ({os_reason(self._location) or exc}); "
+                "name a file you can read and write"
+            ) from exc
+        try:
+            conn.execute("PRAGMA synchronous=FULL")  # the first statement reads the schema
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            conn.close()
+            raise unreadable(self._location, exc) from exc
         return conn
 
     def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
@@ -199,6 +213,8 @@ class SQLiteDatabase:
                     f"{self._location} is an SQLite database of another application "
                     f"(application_id {app_id:#x}); point pev at a new file"
                 )
+            if app_id == 0:
+                check_not_foreign(conn, self._location)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
@@ -223,8 +239,12 @@ class SQLiteDatabase:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot prepare the ledger {self._location}: {exc}") from exc
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreError(f"cannot prepare the ledger {self._location}: {exc}") from exc
+            raise unreadable(self._location, exc) from exc
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise unreadable(self._location, exc) from exc
 
     def _is_current(self, conn: sqlite3.Connection) -> bool:
         """Whether the file already holds every table, index and trigger, at this version."""
@@ -299,16 +319,17 @@ class SQLiteDatabase:
         """
         if self._closed:
             raise StoreError(f"the SQLite store {self._location} is closed")
+        guarded = functools.partial(self._guarded, work)
         if self._inline is None:
-            return await self._offloaded(work)
+            return await self._offloaded(guarded)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._busy_timeout_s
         pause = _FIRST_RETRY_S
         while True:
             if not self._inline_lock.acquire(blocking=False):
-                return await self._offloaded(work)  # another thread is using it: wait there
+                return await self._offloaded(guarded)  # another thread is using it: wait there
             try:
-                return work(self._inline)
+                return guarded(self._inline)
             except Busy as exc:
                 if loop.time() >= give_up:
                     raise self._locked(exc) from exc
@@ -316,6 +337,18 @@ class SQLiteDatabase:
                 self._inline_lock.release()
             await asyncio.sleep(pause * random.uniform(0.5, 1.5))  # noqa: S311 - jitter only
             pause = min(pause * 2, _LAST_RETRY_S)
+
+    def _guarded(self, work: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
+        """Run ``work``; what SQLite raises reading a damaged file becomes a StoreError."""
+        try:
+            return work(conn)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise Busy from exc
+            raise unreadable(self._location, exc) from exc
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            # A text column whose bytes are not UTF-8, or a page SQLite finds malformed.
+            raise unreadable(self._location, exc) from exc
 
     async def _offloaded(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` on the store's thread (its connection waits in SQLite's busy handler)."""
@@ -415,7 +448,9 @@ def query_rows(
     except sqlite3.OperationalError as exc:
         if "locked" in str(exc) or "busy" in str(exc):
             raise Busy from exc
-        raise StoreError(f"query failed: {exc}") from exc
+        raise StoreError(f"query failed: {one_line(exc)}") from exc
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        raise StoreError(f"query failed, the ledger file is damaged: {one_line(exc)}") from exc
 
 
 def _data_version(conn: sqlite3.Connection) -> object:

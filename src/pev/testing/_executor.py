@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
@@ -15,10 +16,13 @@ from pev.model import (
     PlanNode,
     thaw_json,
 )
+from pev.model._exceptions import describe_exception
 from pev.model._results import as_node_result
 from pev.testing._script import settle
 
 __all__ = ["DefaultHandler", "FunctionExecutor", "Reconciler"]
+
+_log = logging.getLogger("pev.testing")
 
 DefaultHandler: TypeAlias = Callable[[PlanNode, NodeContext], object]
 """Runs a node no function is registered for: ``(node, context)``, sync or async."""
@@ -37,8 +41,9 @@ class FunctionExecutor:
     sync (run inline, so the run stays deterministic) or async. Its return value is wrapped like
     a tool's: a node result (``Success``, ``DeviceFailure``, ``VerifierFailure``) passes
     through, any other JSON value becomes ``Success(value)``, and an exception becomes
-    ``DeviceFailure(node.id, "Type: message")``. ``AssertionError`` is not caught: called directly,
-    an assertion inside a test function fails the test instead of turning into a result
+    ``DeviceFailure(node.id, "Type: message at file.py:12 in function")``, logged as a warning
+    on ``pev.testing``. ``AssertionError`` is not caught: called directly, an assertion inside
+    a test function fails the test instead of turning into a result
     (inside ``pev.run`` the engine decides what an executor's exception becomes).
 
     Args:
@@ -108,7 +113,8 @@ class FunctionExecutor:
         except AssertionError:
             raise
         except Exception as exc:  # noqa: BLE001 - a tool's failure is a value, as in pev.tool
-            return DeviceFailure(node.id, f"{type(exc).__name__}: {exc}")
+            _log.warning("pev: %s raised on node %s", name, node.id, exc_info=exc)
+            return DeviceFailure(node.id, describe_exception(exc))
         finally:
             _NODE_CONTEXT.reset(token)
         return as_node_result(node.id, value, source=name)
