@@ -5,9 +5,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 # `make test` installs every extra; `make demo` and `make bench` only what they need.
-TEST_EXTRAS  := dev,sim,llm,bench,postgres
+TEST_EXTRAS  := dev,sim,llm,bench,postgres,ray
 DEMO_EXTRAS  := sim
-BENCH_EXTRAS := bench,sim,postgres
+BENCH_EXTRAS := bench,sim,postgres,ray
 TEST_STAMP   := $(VENV)/.installed-test
 DEMO_STAMP   := $(VENV)/.installed-demo
 BENCH_STAMP  := $(VENV)/.installed-bench
@@ -57,6 +57,7 @@ bench: $(BENCH_STAMP)  ## Kernel, ledger, engine, LangGraph, fault-suite and sca
 	$(BIN)/python bench/bench_faults.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_scale.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_workers.py --write docs/benchmarks.md
+	$(BIN)/python bench/bench_ray.py --write docs/benchmarks.md
 
 clean:  ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage coverage.xml

@@ -219,7 +219,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("experience", ("pev.experience",)),
     ("stores", ("pev.stores",)),
     ("engine", ("pev.engine",)),
-    ("adapters", ("pev.llm", "pev.testing", "pev.sim")),
+    ("adapters", ("pev.llm", "pev.testing", "pev.sim", "pev.ray")),
     ("shell", ("pev.cli",)),
     ("package", ("pev",)),
 )

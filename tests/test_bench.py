@@ -8,13 +8,15 @@ acted on, the ledger-writes floor writes a ledger that verifies, and the scale c
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from tests.support import postgres
+from tests.support import postgres, ray_cluster
 
 import pev
 
@@ -178,3 +180,27 @@ def test_the_worker_workloads_end_every_task_and_take_over_the_killed_ones(store
     text = workers.report(samples, 10, 1.0, None)
     assert f"| {workers.LABELS[store]} | 1 x 4 |" in text
     assert "Not as described" not in text
+
+
+@pytest.mark.slow
+def test_the_ray_workloads_run_on_their_own_cluster() -> None:
+    """`bench_ray.py --quick` starts its own Ray cluster, runs every case and ends every task."""
+    ray_cluster.require()  # skipped without Ray, except under CI=true
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_ray.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+        env={**os.environ, "RAY_ADDRESS": ""},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for row in (
+        "| `pev.run`, local `ToolExecutor` |",
+        "| `pev.run`, `RayExecutor` |",
+        "| 1 node (head, 2 CPUs) | 20 | 20 |",
+        "| 2 nodes (2 + 2 CPUs) | 20 | 20 |",
+        "2 nodes ÷ 1 node, tasks/s:",
+    ):
+        assert row in done.stdout, done.stdout
+    assert "Not as described" not in done.stdout

@@ -339,6 +339,15 @@ PUBLIC = {
         "task_literals",
         "template_text",
     ],
+    "pev.ray": [
+        "DriverReport",
+        "DriversReport",
+        "LostDriver",
+        "RayExecutor",
+        "RayUnavailable",
+        "connect",
+        "drivers_on_ray",
+    ],
     "pev.cli": [
         "EXIT_CODES",
         "cli",
@@ -366,6 +375,7 @@ def test_all_is_pinned(module: str) -> None:
         "pev.model",
         "pev.stores",
         "pev.policy",
+        "pev.ray",
     ],
 )
 def test_public_names_exist_and_are_documented(module: str) -> None:

@@ -21,7 +21,8 @@ kernel decides on; the exceptions here are for misuse, invalid input and broken 
         └── UnknownTaskError    no task has that id
 
 Adapters add their own leaves under ``PevError``: ``pev.llm.LLMError`` (a model endpoint failed
-after its retries) carries the model and status code, never the credentials.
+after its retries) carries the model and status code, never the credentials;
+``pev.ray.RayUnavailable`` (the Ray cluster cannot be joined) carries the address tried.
 
 Each error carries the ids and values it is about, so callers can act on them without parsing
 the message.

@@ -37,7 +37,7 @@ from pev.testing import FunctionExecutor, ScriptedPlanner, ScriptedVerifier
 if TYPE_CHECKING:
     from conftest import Engine
 
-SHORT = 0.05  # the action's timeout
+SHORT = 0.2  # the action's timeout, and so its reconcile's (a thread under load needs room)
 LONG = 1.0  # how long the action hangs after taking effect
 
 PLAN = Plan("publish the bulletin", (PlanNode("post", "publish it", tool="publish", args={}),))

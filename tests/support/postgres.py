@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
+from tests.support.needs import needed
 
 URL = os.environ.get("PEV_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -48,12 +48,7 @@ def unavailable() -> str | None:
 
 def require() -> None:
     """Skip the calling test when there is no server; under CI=true, fail it instead."""
-    reason = unavailable()
-    if reason is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI needs the PostgreSQL tests to run: {reason}")
-    pytest.skip(reason)
+    needed("PostgreSQL", unavailable())
 
 
 def fresh_schema() -> str:

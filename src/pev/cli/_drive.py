@@ -11,6 +11,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import click
@@ -168,8 +169,34 @@ _A_YEAR_S = 365 * 24 * 3600.0  # the longest lease a policy allows, and so the l
     "whose driver died); a new or released task wakes it sooner: at once on PostgreSQL, within "
     "50 ms on SQLite.",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    default=None,
+    help="Run the task drivers as Ray actors on the Ray cluster at ADDRESS ('auto': the one "
+    "`ray start` runs on this machine; host:port; ray://host:port) instead of in this process, "
+    "over the PostgreSQL ledger --db names, which every node must reach. A driver whose node "
+    "dies is replaced; its tasks are taken over once their leases expire. --concurrency, "
+    "--lease-s and --poll-s apply to each driver. Needs the ray extra.",
+)
+@click.option(
+    "--drivers",
+    type=click.IntRange(min=1, max=10_000),
+    default=None,
+    help="With --ray: how many drivers to keep running. [default: one per Ray node alive at the "
+    "start]",
+)
 @click.pass_obj
-def worker_command(db: str, concurrency: int, lease_s: float | None, poll_s: float) -> None:
+def worker_command(
+    db: str,
+    *,
+    concurrency: int,
+    lease_s: float | None,
+    poll_s: float,
+    ray_address: str | None,
+    drivers: int | None,
+) -> None:
     """Claim runnable tasks from the ledger and drive them, until SIGTERM or Ctrl-C.
 
     A task is runnable when it has not ended and no live driver holds its lease: new tasks
@@ -182,20 +209,29 @@ def worker_command(db: str, concurrency: int, lease_s: float | None, poll_s: flo
     On SIGTERM (or Ctrl-C) the worker claims nothing more, lets running nodes reach their
     terminal records within their timeouts, leaves each task in its phase and releases its
     leases; another worker continues them. It logs what it claims and releases to stderr.
+    With --ray, the drivers run as Ray actors across the cluster (docs/ray.md), each as this
+    command would, and this process supervises them: it starts a new driver for each one that
+    is lost, and on SIGTERM (or Ctrl-C) stops them all as above. The agents' modules must import
+    on every node; Ray puts the current folder on its workers' path.
     """
     here = str(Path.cwd())
     if here not in sys.path:
         sys.path.insert(0, here)
+    if drivers is not None and ray_address is None:
+        fail("--drivers counts the drivers of --ray; give --ray ADDRESS too")
+    on_ray = _join_ray(db, ray_address) if ray_address is not None else None
     # What the worker claims and releases (INFO), and pev's warnings (a lost lease, a listener
-    # that reconnects), on stderr with the time.
+    # that reconnects), on stderr with the time; with --ray, the drivers' supervisor too.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
-    pev_log, worker_log = logging.getLogger("pev"), logging.getLogger("pev.worker")
+    pev_log = logging.getLogger("pev")
     pev_log.addHandler(handler)
-    level = worker_log.level
-    worker_log.setLevel(logging.INFO)
+    told = [logging.getLogger("pev.worker"), logging.getLogger("pev.ray")]
+    levels = [logger.level for logger in told]
+    for logger in told:
+        logger.setLevel(logging.INFO)
 
-    async def serve(ledger: Ledger) -> engine.WorkerReport:
+    async def serve(ledger: Ledger) -> object:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         signals = (signal.SIGTERM, signal.SIGINT)
@@ -204,14 +240,28 @@ def worker_command(db: str, concurrency: int, lease_s: float | None, poll_s: flo
         for signum in signals:
             loop.add_signal_handler(signum, stop.set)
         try:
-            return await engine.worker(
-                ledger.store,
-                concurrency=concurrency,
-                lease_s=lease_s,
-                poll_s=poll_s,
-                stop=stop,
-                experience=LessonBook(ledger.store),
-            )
+            if on_ray is None:
+                return await engine.worker(
+                    ledger.store,
+                    concurrency=concurrency,
+                    lease_s=lease_s,
+                    poll_s=poll_s,
+                    stop=stop,
+                    experience=LessonBook(ledger.store),
+                )
+            try:
+                return await on_ray(
+                    db,
+                    drivers=drivers,
+                    concurrency=concurrency,
+                    lease_s=lease_s,
+                    poll_s=poll_s,
+                    experience=True,
+                    log_level=logging.INFO,
+                    stop=stop,
+                )
+            except UsageError as exc:  # no node can hold a driver, say: --ray is at fault
+                fail(f"--ray: {exc}")
         finally:
             for signum in signals:
                 loop.remove_signal_handler(signum)
@@ -222,7 +272,31 @@ def worker_command(db: str, concurrency: int, lease_s: float | None, poll_s: flo
         on_ledger(db, serve)
     finally:
         pev_log.removeHandler(handler)
-        worker_log.setLevel(level)
+        for logger, level in zip(told, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _join_ray(db: str, address: str) -> Callable[..., Awaitable[object]]:
+    """What `pev worker --ray` needs, checked before the ledger is opened; its drivers' runner.
+
+    Ray installed, a PostgreSQL ``--db`` (an SQLite path would be created here, for nothing),
+    and the cluster joined: each missing one is one line, exit 2.
+    """
+    try:
+        from pev import ray as on_ray  # noqa: PLC0415 - needs the ray extra
+    except ImportError as exc:
+        fail(str(exc))
+    from pev.ray._drivers import check_ledger  # noqa: PLC0415 - needs the ray extra
+
+    try:
+        check_ledger(db)
+    except UsageError as exc:
+        fail(f"--db: {exc}")
+    try:
+        on_ray.connect(address)
+    except on_ray.RayUnavailable as exc:
+        fail(f"--ray: {exc}")
+    return on_ray.drivers_on_ray
 
 
 @click.command("resume")

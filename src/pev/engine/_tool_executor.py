@@ -16,29 +16,25 @@ import functools
 import inspect
 import threading
 import weakref
-from collections.abc import (
-    Iterable,
-    Mapping,
-)
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pev.engine._failures import noted
 from pev.engine._protocols import _NODE_CONTEXT, NodeContext, as_async
 from pev.engine._threads import submit, sync_call
-from pev.engine._tools import Tool, ToolLike, ToolRegistry, check_timeout
+from pev.engine._tools import Reconciler, Tool, ToolLike, ToolRegistry, check_timeout
 from pev.model import (
     DeviceFailure,
     Effect,
     ExecutionRecord,
-    JsonValue,
     NodeResult,
     PlanNode,
     thaw_json,
 )
 from pev.model._results import as_node_result
 
-__all__ = ["Resources", "ToolExecutor"]
+__all__ = ["Resources", "ToolCall", "ToolExecutor"]
 
 
 class Resources:
@@ -156,7 +152,7 @@ class ToolExecutor:
                 f"tool {found.name!r} was not started: {limit.source} had already passed",
                 is_timeout=True,
             )
-        call = _Call(found, node.args, context.cancelled, self._resources)
+        call = ToolCall(found, node, context, self._resources, self._invoke)
         is_action = Effect.ACTION in (node.effect, found.effect)
         # No scope without a limit: one that never expires does nothing but cost time.
         scope = None if limit is None else asyncio.timeout_at(limit.deadline)
@@ -198,10 +194,43 @@ class ToolExecutor:
             return None
         timeout = found.timeout_s if found.timeout_s is not None else self._node_timeout_s
         async with asyncio.timeout(timeout):
-            value = await as_async(found.reconcile)(record)
+            value = await self._reconcile(found.reconcile, record)
         if value is None:
             return None
         return as_node_result(record.node_id, value, source=f"tool {found.name!r}'s reconcile")
+
+    async def _invoke(
+        self, call: ToolCall, handover: list[concurrent.futures.Future[Any]] | None
+    ) -> object:
+        """Call the tool, here: an async one on this loop, a sync one in the run's threads.
+
+        Executors that run calls elsewhere (``pev.ray.RayExecutor``) override this, and with
+        it keep everything else: timeouts, resources, secrets and failures as values. A sync
+        call that is still running hands its future to ``handover`` (the resource is released
+        when it returns).
+        """
+        if call.tool.is_async:
+            call.started = True
+            return await call.tool.fn(**call.kwargs)
+        call.left_running = "its thread keeps running (Python cannot stop a thread)"
+        run = functools.partial(
+            contextvars.copy_context().run, sync_call, call.tool.fn, **call.kwargs
+        )
+        future = submit(run)
+        if handover is not None:
+            handover.append(future)
+        try:
+            result = await asyncio.wrap_future(future)
+        finally:
+            # A call still queued for a thread can be withdrawn, and then it never started.
+            call.started = not future.cancel()
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    async def _reconcile(self, reconcile: Reconciler, record: ExecutionRecord) -> object:
+        """Call a tool's ``reconcile`` here (a sync one in pev's threads); see :meth:`_invoke`."""
+        return await as_async(reconcile)(record)
 
     def _limit(self, chosen: Tool[..., Any], deadline: float | None, now: float) -> _Limit | None:
         seconds, name = (
@@ -228,42 +257,70 @@ class _CancelledBeforeStart(Exception):  # noqa: N818 - a private signal, not an
     """The task was cancelled while the call waited for its resource."""
 
 
-class _Call:
-    """One call of a tool; it holds the tool's resource until the tool's code has stopped."""
+class ToolCall:
+    """One call of a tool by an executor; it holds the tool's resource until the tool has stopped.
 
-    __slots__ = ("acquired", "cancelled", "kwargs", "resources", "started", "tool")
+    Attributes:
+        tool: The tool called.
+        node: The node it runs.
+        context: The node's context (its idempotency key, deadline and cancel signal).
+        kwargs: The call's arguments: the node's args as plain values, then its secrets.
+        acquired: The tool's resource is held.
+        started: The tool's code may have begun (a call still waiting has not).
+        left_running: What becomes of the call when it is cut short while running (a thread
+            that keeps running, a remote task that was cancelled), for the timeout's record.
+    """
+
+    __slots__ = (
+        "acquired",
+        "context",
+        "invoke",
+        "kwargs",
+        "left_running",
+        "node",
+        "resources",
+        "started",
+        "tool",
+    )
 
     def __init__(
         self,
         chosen: Tool[..., Any],
-        args: Mapping[str, JsonValue],
-        cancelled: asyncio.Event,
+        node: PlanNode,
+        context: NodeContext,
         resources: Resources,
+        invoke: Callable[
+            [ToolCall, list[concurrent.futures.Future[Any]] | None], Awaitable[object]
+        ],
     ) -> None:
         self.tool = chosen
+        self.node = node
+        self.context = context
         self.resources = resources
-        self.kwargs = {name: thaw_json(value) for name, value in args.items()}
-        self.cancelled = cancelled
+        self.invoke = invoke
+        self.kwargs: dict[str, Any] = {name: thaw_json(value) for name, value in node.args.items()}
         self.acquired = False
         self.started = False
+        self.left_running = ""
 
     async def run(self) -> object:
+        """Fill the secrets, take the resource, and make the call (see :class:`ToolExecutor`)."""
         # Secrets are filled here, and their values kept out of what comes back (see _secret).
         return await self.tool.with_secrets(self.kwargs, self._run)
 
     async def _run(self) -> object:
         lock = None if self.tool.resource is None else self.resources.lock(self.tool.resource)
         if lock is None:
-            return await self._invoke(None)
+            return await self.invoke(self, None)
         await lock.acquire()
         self.acquired = True
         release = True
         try:
-            if self.cancelled.is_set():
+            if self.context.cancelled.is_set():
                 raise _CancelledBeforeStart
             handover: list[concurrent.futures.Future[Any]] = []
             try:
-                return await self._invoke(handover)
+                return await self.invoke(self, handover)
             finally:
                 # A sync tool still running in its thread keeps the resource until it returns.
                 if handover and not handover[0].done():
@@ -273,27 +330,8 @@ class _Call:
             if release:
                 lock.release()
 
-    async def _invoke(self, handover: list[concurrent.futures.Future[Any]] | None) -> object:
-        if self.tool.is_async:
-            self.started = True
-            return await self.tool.fn(**self.kwargs)
-        call = functools.partial(
-            contextvars.copy_context().run, sync_call, self.tool.fn, **self.kwargs
-        )
-        future = submit(call)
-        if handover is not None:
-            handover.append(future)
-        try:
-            result = await asyncio.wrap_future(future)
-        finally:
-            # A call still queued for a thread can be withdrawn, and then it never started.
-            self.started = not future.cancel()
-        if inspect.isawaitable(result):
-            return await result
-        return result
 
-
-def _timed_out(node_id: str, call: _Call, limit: _Limit, *, is_action: bool) -> DeviceFailure:
+def _timed_out(node_id: str, call: ToolCall, limit: _Limit, *, is_action: bool) -> DeviceFailure:
     after = f"tool {call.tool.name!r} timed out after {limit.seconds:.3g} s ({limit.source})"
     if not call.started:
         waiting = (
@@ -302,9 +340,7 @@ def _timed_out(node_id: str, call: _Call, limit: _Limit, *, is_action: bool) -> 
             else "waiting for a free thread"
         )
         return DeviceFailure(node_id, f"{after} {waiting}; it never started", is_timeout=True)
-    note = ""
-    if not call.tool.is_async:
-        note = "; its thread keeps running (Python cannot stop a thread)"
+    note = f"; {call.left_running}" if call.left_running else ""
     if is_action:
         note += "; the action may or may not have taken effect"
     return DeviceFailure(node_id, after + note, is_timeout=True, outcome_unknown=is_action)

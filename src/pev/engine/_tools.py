@@ -23,10 +23,12 @@ from pev.engine._signature import read_signature
 from pev.model import DeviceFailure, Effect, ExecutionRecord, ToolSpec
 
 __all__ = [
+    "PLACEMENT_RESOURCES",
     "Reconciler",
     "Tool",
     "ToolLike",
     "ToolRegistry",
+    "check_placement",
     "check_timeout",
     "tool",
 ]
@@ -45,6 +47,35 @@ it cannot tell (the record stays ``unknown``).
 """
 
 
+PLACEMENT_RESOURCES = ("num_cpus", "num_gpus", "memory")
+"""The placement keys that are not custom resources: CPUs, GPUs and memory in bytes."""
+
+
+def check_placement(placement: object, name: str) -> Mapping[str, float]:
+    """A tool's placement as a read-only mapping, or a ``ValueError`` naming what is wrong."""
+    if not isinstance(placement, Mapping):
+        raise ValueError(  # noqa: TRY004 - tool()'s documented error for any bad placement
+            f"tool {name!r}: placement must be a mapping of resource names to amounts, such as "
+            f"{{'num_cpus': 1, 'arm0': 1}}; got a {type(placement).__name__}"
+        )
+    checked: dict[str, float] = {}
+    for key, amount in placement.items():
+        if not isinstance(key, str) or not key.strip():
+            raise ValueError(f"tool {name!r}: a placement resource needs a name, got {key!r}")
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, int | float)
+            or not math.isfinite(amount)
+            or amount < 0
+        ):
+            raise ValueError(
+                f"tool {name!r}: placement {key!r} must be a finite amount not below zero, "
+                f"got {amount!r}"
+            )
+        checked[key] = amount
+    return types.MappingProxyType(checked)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tool(Generic[P, R]):
     """A function registered for plans to call; calling the tool calls the function.
@@ -58,6 +89,10 @@ class Tool(Generic[P, R]):
         resource: Tools with the same resource name never run at the same time.
         timeout_s: How long one call may take; ``None`` falls back to the executor's default.
         description: What the tool does, for the planner (default: the docstring's first line).
+        placement: What a call needs of the machine it runs on, for executors that place calls
+            (``pev.ray.RayExecutor``): ``num_cpus``, ``num_gpus``, ``memory`` (bytes) and custom
+            resources such as ``{"arm0": 1}`` for the one host that has the arm. The local
+            executor runs every call here and ignores it.
         reconcile: Settles a call of this tool whose outcome is unknown (a timed-out action,
             say), see :data:`Reconciler`; ``None``: such a call stays ``unknown``.
         spec: The name, effect and parameters that plan validation checks args against.
@@ -72,6 +107,9 @@ class Tool(Generic[P, R]):
     resource: str | None = None
     timeout_s: float | None = None
     description: str = ""
+    placement: Mapping[str, float] = field(
+        default_factory=lambda: types.MappingProxyType({}), compare=False
+    )
     reconcile: Reconciler | None = field(default=None, repr=False, compare=False)
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     secrets: Mapping[str, Secret] = field(init=False, repr=False, compare=False)
@@ -91,6 +129,7 @@ class Tool(Generic[P, R]):
         ):
             raise ValueError(f"tool {self.name!r}: resource must be a non-empty name or None")
         check_timeout(self.timeout_s, f"tool {self.name!r}: timeout_s")
+        object.__setattr__(self, "placement", check_placement(self.placement, self.name))
         if self.reconcile is not None and not callable(self.reconcile):
             raise TypeError(
                 f"tool {self.name!r}: reconcile must be a function of the record, "
@@ -168,6 +207,8 @@ class Tool(Generic[P, R]):
             options.append(f"resource={self.resource!r}")
         if self.timeout_s is not None:
             options.append(f"timeout_s={self.timeout_s!r}")
+        if self.placement:
+            options.append(f"placement={dict(self.placement)!r}")
         return f"Tool({self.name!r}, {', '.join(options)})"
 
 
@@ -181,6 +222,7 @@ def tool(
     resource: str | None = None,
     timeout_s: float | None = None,
     description: str | None = None,
+    placement: Mapping[str, float] | None = None,
     reconcile: Reconciler | None = None,
 ) -> Tool[P, R]: ...
 
@@ -195,6 +237,7 @@ def tool(
     resource: str | None = None,
     timeout_s: float | None = None,
     description: str | None = None,
+    placement: Mapping[str, float] | None = None,
     reconcile: Reconciler | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
@@ -208,6 +251,7 @@ def tool(
     resource: str | None = None,
     timeout_s: float | None = None,
     description: str | None = None,
+    placement: Mapping[str, float] | None = None,
     reconcile: Reconciler | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Turn a sync or async function into a :class:`Tool`: ``@tool`` or ``@tool(effect=...)``.
@@ -219,6 +263,10 @@ def tool(
         resource: Tools sharing this name (one robot arm, say) never run at the same time.
         timeout_s: How long one call may take; default: the executor's ``node_timeout_s``.
         description: What it does, for the planner; default: the docstring's first line.
+        placement: Where a call may run, for an executor that places calls on a cluster
+            (``pev.ray.RayExecutor``, docs/ray.md): ``num_cpus``, ``num_gpus``, ``memory`` in
+            bytes, and custom resources (``{"arm0": 1}``: only the host that has the arm).
+            Ignored by the local executor.
         reconcile: ``reconcile(record)``, which tells what a call whose outcome is unknown
             really did (a timed-out action that may have taken effect): a result, a value
             meaning success, or ``None`` when it cannot tell. The engine asks it right after the
@@ -231,8 +279,9 @@ def tool(
             or ``reconcile`` is not callable.
         UsageError: A :class:`~pev.engine.Secret` on a parameter that is not a ``str`` (or
             ``str | None``), inside a parameter's type, or twice on one parameter.
-        ValueError: An unknown effect, an empty name or resource, or a timeout that is not a
-            positive number of seconds.
+        ValueError: An unknown effect, an empty name or resource, a timeout that is not a
+            positive number of seconds, or a placement that is not names of resources with
+            amounts that are finite numbers not below zero.
     """
 
     def decorate(function: Callable[P, R]) -> Tool[P, R]:
@@ -245,6 +294,7 @@ def tool(
             resource=resource,
             timeout_s=timeout_s,
             description=_first_doc_line(function) if description is None else description,
+            placement=types.MappingProxyType({}) if placement is None else placement,
             reconcile=reconcile,
         )
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from types import TracebackType
 
-__all__ = ["describe_exception", "raised_at"]
+__all__ = ["REMOTE_PLACE", "describe_exception", "raised_at"]
 
 _MESSAGE_SHOWN = 1000  # characters of an exception's message kept in the ledger
 
@@ -54,11 +54,24 @@ def describe_exception(exc: BaseException) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+REMOTE_PLACE = "__pev_raised_at__"
+"""The attribute an exception raised in another process carries its place in.
+
+A traceback does not cross processes: where a component ran elsewhere (a Ray task, say), the
+place is found there, with :func:`raised_at`, and set on the exception under this name before it
+is sent back; :func:`raised_at` returns it when the exception has no traceback of its own there.
+"""
+
+
 def raised_at(exc: BaseException) -> str:
     """``file.py:12 in function``: the innermost frame of the component's own code, or ``""``.
 
-    See the module's docstring for how the frame is chosen.
+    See the module's docstring for how the frame is chosen; an exception that carries its place
+    from another process (:data:`REMOTE_PLACE`) is placed there.
     """
+    remote = getattr(exc, REMOTE_PLACE, None)
+    if isinstance(remote, str):
+        return remote
     frames = _frames(exc.__traceback__)
     outside = [frame for frame in frames if frame[0] == _OTHER]
     if outside:

@@ -1,0 +1,468 @@
+"""Task drivers as Ray actors over one PostgreSQL ledger (docs/ray.md, "Drivers on Ray").
+
+:func:`drivers_on_ray` is ``pev worker`` spread over a Ray cluster: each driver is a Ray actor
+that runs :func:`pev.worker` against the ledger, so it claims runnable tasks and drives them
+under the leases of docs/workers.md. The function itself is the drivers' supervisor, in the
+calling process: it keeps the number of drivers asked for running, and stops them all when told
+to.
+
+What decides who drives a task is the ledger, never Ray:
+
+* a driver whose node dies holds its tasks' leases until they expire; another driver then
+  claims them and settles what the dead one left in flight as crash recovery does (an action of
+  unknown outcome is never sent again);
+* Ray's own recovery is off for drivers (``max_restarts=0``, ``max_task_retries=0``): a
+  restarted actor would come back without its ``run`` call, and a retried ``run`` would be a
+  second worker in the same process. The supervisor starts a new driver instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import ray.exceptions as rex
+
+from pev.engine import WorkerReport, worker
+from pev.engine._tenure import new_owner
+from pev.errors import UsageError
+from pev.experience import LessonBook
+from pev.ray._cluster import connect, holding, live_nodes, no_room
+from pev.stores import open_store
+from pev.stores._open import _hidden, is_url
+
+__all__ = ["DriverReport", "DriversReport", "LostDriver", "check_ledger", "drivers_on_ray"]
+
+log = logging.getLogger("pev.ray")
+
+_POSTGRES_SCHEMES = ("postgresql", "postgres")
+# Ray options the supervisor decides: a lost driver is replaced by it, never restarted by Ray.
+_FIXED_OPTIONS = {"max_restarts": 0, "max_task_retries": 0}
+# Options that would make several drivers collide (one name), or outlive their supervisor.
+_REFUSED_OPTIONS = ("name", "lifetime", "get_if_exists")
+# How long a driver that has not started yet (its node still being found) is given to start
+# when the drivers stop; one still waiting then is removed: it has claimed nothing.
+_START_GRACE_S = 2.0
+# A driver lost before it started (no node could run it, its process failed to start) is
+# replaced after a pause that doubles each time, from the first to the last of these.
+_FIRST_BACKOFF_S = 0.5
+_LAST_BACKOFF_S = 30.0
+# Ray's name of a resource that ``.options()`` names otherwise.
+_RAY_NAMES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriverReport:
+    """What one driver on Ray did before it stopped.
+
+    Attributes:
+        node_id: The Ray node it ran on (hex).
+        worker: Its :class:`~pev.engine.WorkerReport` (its lease owner id, claimed, ended...).
+    """
+
+    node_id: str
+    worker: WorkerReport
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LostDriver:
+    """A driver that ended without being told to: its node or its process died.
+
+    Its tasks stay leased to it until their leases expire; another driver then takes them over.
+
+    Attributes:
+        owner: Its lease owner id (``None``: it was lost before it started).
+        node_id: The Ray node it ran on (``None``: it was lost before it started).
+        error: What Ray said, in one line.
+    """
+
+    owner: str | None
+    node_id: str | None
+    error: str
+
+
+@dataclass(slots=True, kw_only=True)
+class DriversReport:
+    """What the drivers on Ray did, from start to stop.
+
+    Attributes:
+        drivers: The reports of the drivers that were running when told to stop.
+        lost: The drivers lost on the way (a node or a process died).
+        replaced: Drivers started in place of lost ones.
+    """
+
+    drivers: list[DriverReport] = field(default_factory=list)
+    lost: list[LostDriver] = field(default_factory=list)
+    replaced: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """What each driver is told: the ledger and how to run its worker."""
+
+    db: str
+    concurrency: int
+    lease_s: float | None
+    poll_s: float
+    experience: bool
+    log_level: int | None
+
+
+class _Driver:
+    """One task driver in a Ray actor: :func:`pev.worker` over the ledger, until ``stop``."""
+
+    def __init__(self, settings: _Settings) -> None:
+        self._settings = settings
+        self._owner = new_owner()
+        self._stop = asyncio.Event()
+
+    async def where(self) -> tuple[str, str]:
+        """The Ray node this driver runs on, and its lease owner id."""
+        return ray.get_runtime_context().get_node_id(), self._owner
+
+    async def run(self) -> DriverReport:
+        """Claim and drive tasks until :meth:`stop`; then drain, and say what was done."""
+        settings = self._settings
+        if settings.log_level is not None:
+            # Ray sends a worker's stderr to the process that started the cluster's job.
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+            pev_log = logging.getLogger("pev")
+            pev_log.addHandler(handler)
+            pev_log.setLevel(settings.log_level)
+        store = open_store(settings.db)
+        try:
+            report = await worker(
+                store,
+                concurrency=settings.concurrency,
+                lease_s=settings.lease_s,
+                poll_s=settings.poll_s,
+                stop=self._stop,
+                owner=self._owner,
+                experience=LessonBook(store) if settings.experience else None,
+            )
+        finally:
+            await store.close()
+        return DriverReport(node_id=ray.get_runtime_context().get_node_id(), worker=report)
+
+    async def stop(self) -> None:
+        """Claim nothing more; :meth:`run` drains its tasks and returns."""
+        self._stop.set()
+
+
+_DriverActor = ray.remote(_Driver)
+
+
+def check_ledger(db: str) -> None:
+    """Refuse a ledger that drivers on many hosts could not share: only PostgreSQL will do.
+
+    Raises:
+        UsageError: ``db`` is not a ``postgresql://`` URL.
+    """
+    if is_url(db) and db.split("://", 1)[0].lower() in _POSTGRES_SCHEMES:
+        return
+    named = f"the URL {_hidden(db)}" if is_url(db) else f"the SQLite file {db!r}"
+    raise UsageError(
+        f"drivers on Ray need one ledger that every node reaches, a postgresql:// URL, not "
+        f"{named}: an SQLite ledger lives on one machine; name a PostgreSQL database, or run "
+        "`pev worker` without --ray on the ledger's machine"
+    )
+
+
+async def drivers_on_ray(
+    db: str,
+    *,
+    address: str | None = None,
+    drivers: int | None = None,
+    concurrency: int = 4,
+    lease_s: float | None = None,
+    poll_s: float = 1.0,
+    actor_options: Mapping[str, Any] | None = None,
+    experience: bool = False,
+    log_level: int | None = None,
+    stop: asyncio.Event | None = None,
+) -> DriversReport:
+    """Run task drivers as Ray actors over the PostgreSQL ledger ``db`` until ``stop`` is set.
+
+    Each driver is a Ray actor running :func:`pev.worker` on the ledger: it claims runnable
+    tasks and drives them under their leases. This coroutine supervises them: a driver that is
+    lost (its node or process died) is logged (logger ``pev.ray``) and replaced; its tasks are
+    taken over by another driver once their leases expire, and an action it left in flight is
+    settled as crash recovery does, never sent again. Set ``stop`` to end: every driver claims
+    nothing more, lets its running nodes reach their terminal records within their timeouts,
+    and releases its leases.
+
+    The agents' modules must import on every node that runs a driver (installed there, or on
+    the same path as here: Ray puts this process's working directory on its workers' path).
+
+    Args:
+        db: The ledger: a ``postgresql://`` URL every node reaches.
+        address: The Ray cluster to join unless this process has called ``ray.init``:
+            ``"auto"``, ``host:port`` or ``ray://...``; ``None``: Ray's default.
+        drivers: How many drivers to keep running; default: one per node that can hold one
+            (see ``actor_options``) among the nodes alive at the start.
+        concurrency: The most tasks each driver drives at once.
+        lease_s: The lease of the tasks the drivers drive; default: each task's policy's.
+        poll_s: The longest an idle driver waits before it looks for tasks again.
+        actor_options: Ray actor options for the drivers (``.options()``), over the defaults
+            ``scheduling_strategy="SPREAD"``, ``max_restarts=0`` and ``max_task_retries=0``;
+            say where drivers may run with resources, e.g. ``{"resources": {"pev_driver": 1}}``.
+        experience: Each driver plans with the lessons of the ledger's store and records the
+            tasks it ends there (a :class:`~pev.experience.LessonBook`), as ``pev worker`` does.
+        log_level: When set, each driver logs pev's messages at that level and above on its
+            stderr, which Ray forwards to this process (``ray.init(log_to_driver=True)``).
+        stop: Set it to stop every driver.
+
+    Returns:
+        What the drivers did.
+
+    Raises:
+        UsageError: ``db`` is not a PostgreSQL URL; an option is out of range; an actor option
+            would let Ray restart or retry a driver; no live node could hold a driver.
+        RayUnavailable: The Ray cluster cannot be joined.
+        StoreError: The ledger cannot be used from here.
+    """
+    check_ledger(db)
+    _check_numbers(drivers, concurrency, lease_s, poll_s)
+    options = _actor_options(actor_options)
+    store = open_store(db)  # fail here, once, rather than in every driver
+    try:
+        await store.list_tasks(limit=1)
+    finally:
+        await store.close()
+    connect(address)
+    placement = _placement(options)
+    nodes = live_nodes()
+    hosts = holding(nodes, placement)
+    if hosts == 0:
+        raise UsageError(
+            f"no driver can be placed: {no_room(nodes, placement)}; give the drivers' nodes "
+            "those resources (`ray start --resources`), or place the drivers otherwise with "
+            "actor_options"
+        )
+    settings = _Settings(db, concurrency, lease_s, poll_s, experience, log_level)
+    supervisor = _Supervisor(settings, options)
+    return await supervisor.run(hosts if drivers is None else drivers, stop or asyncio.Event())
+
+
+def _check_numbers(
+    drivers: int | None, concurrency: int, lease_s: float | None, poll_s: float
+) -> None:
+    if drivers is not None and drivers < 1:
+        raise UsageError(f"drivers must be at least 1, got {drivers}")
+    if concurrency < 1:
+        raise UsageError(f"concurrency must be at least 1, got {concurrency}")
+    if not poll_s > 0 or (lease_s is not None and not lease_s > 0):
+        raise UsageError("poll_s and lease_s must be positive numbers of seconds")
+
+
+def _actor_options(given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The drivers' actor options: the defaults, with ``given`` over them (checked)."""
+    options: dict[str, Any] = {"scheduling_strategy": "SPREAD", **_FIXED_OPTIONS}
+    for key, value in (given or {}).items():
+        if key in _FIXED_OPTIONS and value != _FIXED_OPTIONS[key]:
+            raise UsageError(
+                f"actor_options: {key}={value!r} is refused; drivers run with {key}=0: a lost "
+                "driver is replaced by the supervisor, and its tasks are taken over by another "
+                "driver under their leases, never re-run by Ray"
+            )
+        if key in _REFUSED_OPTIONS:
+            raise UsageError(
+                f"actor_options: {key!r} is refused; the supervisor creates and owns its drivers "
+                "(several of them, living as long as it does)"
+            )
+        options[key] = value
+    return options
+
+
+def _placement(options: Mapping[str, Any]) -> dict[str, float]:
+    """What one driver takes of a node, by Ray's resource names."""
+    needed = {
+        _RAY_NAMES[key]: float(options[key]) for key in _RAY_NAMES if options.get(key) is not None
+    }
+    needed.update({key: float(amount) for key, amount in (options.get("resources") or {}).items()})
+    if "CPU" not in needed and set(needed) - {"memory"}:
+        needed["CPU"] = 1.0  # Ray's default for an actor that names any resource
+    return {key: amount for key, amount in needed.items() if amount > 0}
+
+
+@dataclass(eq=False, slots=True)
+class _Slot:
+    """One driver the supervisor runs: its actor, and its ``where`` and ``run`` calls."""
+
+    handle: Any
+    where: asyncio.Future[Any]
+    running: asyncio.Future[Any]
+    node_id: str | None = None
+    owner: str | None = None
+
+
+class _Supervisor:
+    """Keeps ``count`` drivers running until ``stop``; replaces the ones that are lost."""
+
+    def __init__(self, settings: _Settings, options: Mapping[str, Any]) -> None:
+        self._settings = settings
+        self._options = options
+        self._report = DriversReport()
+        self._slots: list[_Slot] = []
+        self._due: list[float] = []  # when to start each replacement (loop time)
+        self._backoff_s = _FIRST_BACKOFF_S
+
+    async def run(self, count: int, stop: asyncio.Event) -> DriversReport:
+        log.info(
+            "starting %d driver(s) on Ray over %s (concurrency %d each)",
+            count,
+            _hidden(self._settings.db),
+            self._settings.concurrency,
+        )
+        self._slots = [self._start() for _ in range(count)]
+        try:
+            await self._supervise(stop)
+        finally:
+            await self._stop_all()
+        report = self._report
+        log.info(
+            "drivers stopped: %d claimed, %d ended, %d drained, %d failed; %d lost, %d replaced",
+            sum(driver.worker.claimed for driver in report.drivers),
+            sum(driver.worker.ended for driver in report.drivers),
+            sum(driver.worker.drained for driver in report.drivers),
+            sum(driver.worker.failed for driver in report.drivers),
+            len(report.lost),
+            report.replaced,
+        )
+        return report
+
+    def _start(self) -> _Slot:
+        # Ray's types see the actor's methods as plain ones, without .remote().
+        handle: Any = _DriverActor.options(**self._options).remote(self._settings)
+        where = asyncio.wrap_future(handle.where.remote().future())
+        running = asyncio.wrap_future(handle.run.remote().future())
+        for call in (where, running):  # what a call raised is read later, or not at all
+            call.add_done_callback(_retrieved)
+        return _Slot(handle, where, running)
+
+    async def _supervise(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                while self._due and self._due[0] <= loop.time():
+                    self._due.pop(0)
+                    self._slots.append(self._start())
+                    self._report.replaced += 1
+                waiting: set[asyncio.Future[Any]] = {stopping}
+                for slot in self._slots:
+                    waiting.add(slot.running)
+                    if slot.node_id is None and not slot.where.done():
+                        waiting.add(slot.where)
+                timeout = max(0.0, self._due[0] - loop.time()) if self._due else None
+                await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                for slot in list(self._slots):
+                    self._note_start(slot)
+                    if slot.running.done() and not stop.is_set():
+                        self._slots.remove(slot)
+                        self._ended(slot)
+                        pause = 0.0 if slot.node_id is not None else self._next_backoff()
+                        self._due.append(loop.time() + pause)
+                        self._due.sort()
+        finally:
+            stopping.cancel()
+
+    def _note_start(self, slot: _Slot) -> None:
+        """Note where a driver started, once it says so."""
+        if slot.node_id is not None or not slot.where.done() or slot.where.exception():
+            return
+        slot.node_id, slot.owner = slot.where.result()
+        self._backoff_s = _FIRST_BACKOFF_S
+        log.info("driver %s started on Ray node %s", slot.owner, slot.node_id)
+
+    def _next_backoff(self) -> float:
+        pause, self._backoff_s = self._backoff_s, min(self._backoff_s * 2, _LAST_BACKOFF_S)
+        return pause
+
+    def _ended(self, slot: _Slot) -> None:
+        """A driver ended without being told to: note it as lost, or raise what it raised."""
+        try:
+            result = slot.running.result()
+        except rex.RayActorError as exc:
+            if exc.actor_init_failed:
+                raise _driver_failed(slot, exc) from exc
+            self._lost(slot, exc)
+        except rex.RayTaskError as exc:  # run() itself raised: a fault that no node fixes
+            raise _driver_failed(slot, exc) from exc
+        except rex.RayError as exc:  # its result lost with its node, say
+            self._lost(slot, exc)
+        else:  # a worker ends only when told to; note what it did
+            log.warning("driver %s ended before it was told to stop", slot.owner)
+            self._report.drivers.append(result)
+
+    def _lost(self, slot: _Slot, exc: BaseException, *, replaced: bool = True) -> None:
+        lost = LostDriver(owner=slot.owner, node_id=slot.node_id, error=_line(exc))
+        self._report.lost.append(lost)
+        with contextlib.suppress(Exception):  # an actor that is only unreachable is ended too
+            ray.kill(slot.handle, no_restart=True)
+        log.warning(
+            "driver %s on Ray node %s was lost (%s)%s; its tasks go to another driver once "
+            "their leases expire, and an action it left in flight is never re-sent",
+            lost.owner or "(not started)",
+            lost.node_id or "(none yet)",
+            lost.error,
+            "; starting another" if replaced else "",
+        )
+
+    async def _stop_all(self) -> None:
+        """Tell every driver to stop, and wait for each to drain and report."""
+        slots, self._slots = self._slots, []
+        told: list[asyncio.Future[Any]] = []
+        for slot in slots:
+            with contextlib.suppress(Exception):
+                told.append(asyncio.wrap_future(slot.handle.stop.remote().future()))
+        unstarted = [slot.where for slot in slots if slot.node_id is None]
+        if unstarted:
+            await asyncio.wait(unstarted, timeout=_START_GRACE_S)
+        for slot in slots:
+            self._note_start(slot)
+            if slot.node_id is None:  # still waiting for a node: it has claimed nothing
+                with contextlib.suppress(Exception):
+                    ray.kill(slot.handle, no_restart=True)
+        ended = await asyncio.gather(*(slot.running for slot in slots), return_exceptions=True)
+        # A driver already gone answers its stop with an error: read, so that Ray does not
+        # report it as unhandled.
+        await asyncio.gather(*told, return_exceptions=True)
+        for slot, result in zip(slots, ended, strict=True):
+            if isinstance(result, DriverReport):
+                self._report.drivers.append(result)
+            elif slot.node_id is not None and isinstance(result, rex.RayError):
+                self._lost(slot, result, replaced=False)  # its node died while it drained
+            elif slot.node_id is not None and isinstance(result, BaseException):
+                log.error("driver %s failed while stopping: %s", slot.owner, _line(result))
+
+
+def _retrieved(call: asyncio.Future[Any]) -> None:
+    """Mark what ``call`` raised as seen: asyncio logs an exception nobody read."""
+    if not call.cancelled():
+        call.exception()
+
+
+def _driver_failed(slot: _Slot, exc: rex.RayError) -> BaseException:
+    """What to raise for a driver that failed by itself (not lost with its node)."""
+    cause = exc.cause if isinstance(exc, rex.RayTaskError) else None
+    if isinstance(cause, Exception):
+        return cause
+    where = f" on Ray node {slot.node_id}" if slot.node_id else ""
+    return RuntimeError(
+        f"a driver failed{where}: {_line(exc)}; pev (and the agents' modules) must import on "
+        "every node that runs a driver"
+    )
+
+
+def _line(exc: BaseException) -> str:
+    """``Type: the first line of its message``: Ray's messages run to many lines."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
