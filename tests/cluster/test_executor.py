@@ -22,6 +22,7 @@ from tests.support.ray_cluster import node_args
 from tests.support.ray_tools import (
     book,
     deliver,
+    deliver_and_crash,
     deliver_async,
     deliver_slowly,
     deliver_stuck,
@@ -252,6 +253,23 @@ async def test_a_lost_action_is_settled_by_its_reconcile_on_the_host_that_comes_
     assert record.status is RecordStatus.UNKNOWN  # as it ended; the reconcile settled it
     assert record.id in state.reconciled
     assert [words[0] for words in lines(log)] == ["delivered"]  # sent once
+
+
+async def test_a_worker_that_crashes_under_an_action_leaves_it_unknown(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """The worker process dies after delivering: unknown, not re-run by Ray, not re-sent."""
+    log = tmp_path / "effects.log"
+    result, store = await _run(
+        RayExecutor([deliver_and_crash]),
+        PlanNode("a", "deliver", tool="deliver_and_crash", args={"log": str(log)}),
+    )
+    assert (result.status, result.reason) == ("failed", "execution_failed")
+    assert "was lost (WorkerCrashedError" in result.detail
+    state = await Ledger(store).state(result.task_id)
+    (record,) = state.records.values()
+    assert record.status is RecordStatus.UNKNOWN
+    assert [words[0] for words in lines(log)] == ["delivered"]
 
 
 async def test_a_query_on_a_removed_node_is_a_failure_not_an_unknown(

@@ -79,6 +79,12 @@ def deliver_stuck(log: str, seconds: float) -> str:
     return "confirmed"
 
 
+def deliver_and_crash(log: str) -> str:
+    """Deliver, then the worker process dies before it can answer."""
+    _note(log, "delivered")
+    os._exit(1)
+
+
 def look_slowly(log: str, seconds: float) -> str:
     """Look, slowly (a query that the tests cut short)."""
     _note(log, "looked")
