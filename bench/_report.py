@@ -23,6 +23,13 @@ def met(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
+def command_text(script: str, argv: list[str]) -> str:
+    """How the figures were made: the command line, named as `make bench` when it is its own."""
+    written = " ".join(["python", f"bench/{script}", *argv])
+    default = f"python bench/{script} --write docs/benchmarks.md"
+    return f"`make bench` (`{default}`)" if written == default else f"`{written}`"
+
+
 def progress(message: str) -> None:
     """A line on stderr, so that stdout carries only the figures."""
     print(message, file=sys.stderr)

@@ -66,7 +66,7 @@ from ray.cluster_utils import Cluster
 
 import pev
 from _ray_tools import PING, WHERE, ping
-from _report import machine_line, progress, write_section
+from _report import command_text, machine_line, progress, write_section
 from pev.ray import RayExecutor
 from pev.testing import ScriptedPlanner
 
@@ -513,12 +513,6 @@ def _pickled(fn: object) -> bytes:
 # -- main -----------------------------------------------------------------------------------
 
 
-def _command(argv: list[str]) -> str:
-    written = " ".join(["python", "bench/bench_ray.py", *argv])
-    default = "python bench/bench_ray.py --write docs/benchmarks.md"
-    return f"`make bench` (`{default}`)" if written == default else f"`{written}`"
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the bench and print its tables; ``--write`` records them in docs/benchmarks.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -566,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
             f"load average {load_before:.1f} when the run began); "
             f"medians of {settings.rounds} rounds ({settings.chain_runs} runs of the chain per "
             f"case and round), {wall_s:.0f} s in all. Command: "
-            f"{_command(sys.argv[1:] if argv is None else argv)}.\n\n{text}"
+            f"{command_text('bench_ray.py', sys.argv[1:] if argv is None else argv)}.\n\n{text}"
         )
         write_section(args.write, "ray", body, heading="## Ray: `RayExecutor`")
         progress(f"wrote {args.write}")

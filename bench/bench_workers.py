@@ -72,7 +72,7 @@ from _fleet import (
     until,
     wait_for,
 )
-from _report import machine_line, met, progress, write_section
+from _report import command_text, machine_line, met, progress, write_section
 from bench_stores import _server_version, postgres_unavailable
 from pev.experience import LessonBook
 from pev.kernel import TaskStatus
@@ -525,12 +525,6 @@ def report(samples: Samples, tasks: int, lease_s: float, skipped: str | None) ->
     return text
 
 
-def _command(argv: list[str]) -> str:
-    written = " ".join(["python", "bench/bench_workers.py", *argv])
-    default = "python bench/bench_workers.py --write docs/benchmarks.md"
-    return f"`make bench` (`{default}`)" if written == default else f"`{written}`"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--write", type=Path, help="update the figures in this Markdown file")
@@ -560,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         body = (
             f"{machine_line()}, {os.cpu_count()} CPU cores{server}; medians of {args.rounds} "
             f"rounds, {wall_s:.0f} s in all. Command: "
-            f"{_command(sys.argv[1:] if argv is None else argv)}.\n\n{text}"
+            f"{command_text('bench_workers.py', sys.argv[1:] if argv is None else argv)}.\n\n{text}"
         )
         write_section(args.write, "workers", body, heading="## Workers: throughput and takeover")
         progress(f"wrote {args.write}")
