@@ -419,6 +419,13 @@ def test_a_task_id_no_store_can_hold_is_an_unknown_task(
             ("worker", "--concurrency", "9" * 30), "'--concurrency'", id="huge-concurrency"
         ),
         pytest.param(("tasks", "--limit", "9" * 30), "'--limit'", id="huge-limit"),
+        pytest.param(
+            ("worker", "--gc-threshold", "700,10"), "'--gc-threshold'", id="gc-two-numbers"
+        ),
+        pytest.param(("worker", "--gc-threshold", "0,10,10"), "G0 at least 1", id="gc-zero-first"),
+        pytest.param(
+            ("worker", "--gc-threshold", "1e9,1,1"), "three whole numbers", id="gc-not-whole"
+        ),
         pytest.param(("cancel", "t", "--reason", "a\udcffb"), "'--reason'", id="reason-not-utf8"),
     ],
 )

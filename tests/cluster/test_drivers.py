@@ -162,6 +162,12 @@ async def test_drivers_on_ray_drive_submitted_tasks_to_their_end(
             "'name' is refused",
             id="one-name",
         ),
+        pytest.param(
+            "postgresql://h/x",
+            {"gc_threshold": (0, 10, 10)},
+            "gc_threshold must be three whole numbers (G0, G1, G2) with G0 at least 1",
+            id="gc-zero-first",
+        ),
     ],
 )
 async def test_drivers_on_ray_refuse_what_they_cannot_serve(

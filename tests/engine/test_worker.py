@@ -7,6 +7,7 @@ from pev's own ledger.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -106,6 +107,7 @@ async def test_submitted_tasks_are_driven_by_a_worker_each_once(
     shop: ModuleType, store: pev.Store
 ) -> None:
     """Five submitted tasks: the worker claims and ends them all, one sale each."""
+    threshold = gc.get_threshold()
     ids = [await pev.submit(f"item {n}", agent=shop.shop, store=store) for n in range(5)]
     created = (await Ledger(store).state(ids[0])).created
     assert dict(created.components) == {"agent": f"{shop.__name__}:shop"}
@@ -126,6 +128,7 @@ async def test_submitted_tasks_are_driven_by_a_worker_each_once(
         assert state.finished is not None
         assert state.finished.status == "succeeded"
         assert [d.owner for d in state.drivers] == [report.owner]
+    assert gc.get_threshold() == threshold  # the library leaves the process's collector alone
 
 
 async def test_a_stopped_worker_drains_and_another_finishes(
@@ -295,6 +298,8 @@ def test_pev_worker_drives_submitted_tasks_and_stops_on_sigterm(
     assert serving.returncode == 0, err
     assert "claimed task" in err
     assert "2 claimed, 2 ended, 0 drained, 0 failed" in err
+    # The command owns its process, so it tunes the collector for many tasks (docs/performance.md).
+    assert "garbage collector thresholds 100000, 50, 100" in err
     assert len(sales(shop)) == 2
 
 

@@ -8,6 +8,7 @@ continues a task a crash or a drain left behind, ``pev cancel`` stops one.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -145,6 +146,34 @@ def _task_file_problem(task_file: Path, exc: UsageError | ContractError) -> str:
 _A_YEAR_S = 365 * 24 * 3600.0  # the longest lease a policy allows, and so the longest wait
 
 
+WORKER_GC_THRESHOLD = (100_000, 50, 100)
+"""``pev worker``'s garbage collector thresholds: a first generation of 100,000 allocations.
+
+With thousands of tasks alive, CPython's default (700, 10, 10) runs the collector over every
+task's state thousands of times a second; docs/benchmarks.md ("Scale") measures the difference.
+"""
+
+
+def _gc_threshold(
+    ctx: click.Context, param: click.Parameter, value: str
+) -> tuple[int, int, int] | None:
+    """``--gc-threshold``: ``G0,G1,G2`` (whole numbers, ``G0`` at least 1), or ``python``."""
+    text = value.strip().lower()
+    if text == "python":
+        return None
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) == 3 and all(part.isdigit() and len(part) <= 9 for part in parts):
+        first, second, third = (int(part) for part in parts)
+        if first >= 1:
+            return first, second, third
+    raise click.BadParameter(
+        f"{value!r} is not three whole numbers G0,G1,G2 with G0 at least 1 (such as "
+        f"{','.join(map(str, WORKER_GC_THRESHOLD))}), nor 'python'",
+        ctx,
+        param,
+    )
+
+
 @click.command("worker")
 @click.option(
     "--concurrency",
@@ -168,6 +197,17 @@ _A_YEAR_S = 365 * 24 * 3600.0  # the longest lease a policy allows, and so the l
     help="The longest an idle worker waits before it looks for runnable tasks again (for tasks "
     "whose driver died); a new or released task wakes it sooner: at once on PostgreSQL, within "
     "50 ms on SQLite.",
+)
+@click.option(
+    "--gc-threshold",
+    metavar="G0,G1,G2",
+    callback=_gc_threshold,
+    default=",".join(map(str, WORKER_GC_THRESHOLD)),
+    show_default=True,
+    help="CPython's cyclic garbage collector thresholds for this process (gc.set_threshold), "
+    "as G0,G1,G2; 'python' keeps Python's own. A worker driving many tasks keeps many live "
+    "objects that the default thresholds make the collector walk over and over "
+    "(docs/performance.md).",
 )
 @click.option(
     "--ray",
@@ -194,6 +234,7 @@ def worker_command(
     concurrency: int,
     lease_s: float | None,
     poll_s: float,
+    gc_threshold: tuple[int, int, int] | None,
     ray_address: str | None,
     drivers: int | None,
 ) -> None:
@@ -226,10 +267,14 @@ def worker_command(
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
     pev_log = logging.getLogger("pev")
     pev_log.addHandler(handler)
-    told = [logging.getLogger("pev.worker"), logging.getLogger("pev.ray")]
+    worker_log = logging.getLogger("pev.worker")
+    told = [worker_log, logging.getLogger("pev.ray")]
     levels = [logger.level for logger in told]
     for logger in told:
         logger.setLevel(logging.INFO)
+    if gc_threshold is not None:  # the command owns its process; the library never does this
+        gc.set_threshold(*gc_threshold)
+    worker_log.info("garbage collector thresholds %s", ", ".join(map(str, gc.get_threshold())))
 
     async def serve(ledger: Ledger) -> object:
         stop = asyncio.Event()
@@ -258,6 +303,7 @@ def worker_command(
                     poll_s=poll_s,
                     experience=True,
                     log_level=logging.INFO,
+                    gc_threshold=gc_threshold,
                     stop=stop,
                 )
             except UsageError as exc:  # no node can hold a driver, say: --ray is at fault

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import sys
 from collections.abc import Mapping
@@ -112,6 +113,7 @@ class _Settings:
     poll_s: float
     experience: bool
     log_level: int | None
+    gc_threshold: tuple[int, int, int] | None
 
 
 class _Driver:
@@ -129,6 +131,8 @@ class _Driver:
     async def run(self) -> DriverReport:
         """Claim and drive tasks until :meth:`stop`; then drain, and say what was done."""
         settings = self._settings
+        if settings.gc_threshold is not None:  # the actor's process is this driver's alone
+            gc.set_threshold(*settings.gc_threshold)
         if settings.log_level is not None:
             # Ray sends a worker's stderr to the process that started the cluster's job.
             handler = logging.StreamHandler(sys.stderr)
@@ -186,6 +190,7 @@ async def drivers_on_ray(
     actor_options: Mapping[str, Any] | None = None,
     experience: bool = False,
     log_level: int | None = None,
+    gc_threshold: tuple[int, int, int] | None = None,
     stop: asyncio.Event | None = None,
 ) -> DriversReport:
     """Run task drivers as Ray actors over the PostgreSQL ledger ``db`` until ``stop`` is set.
@@ -217,19 +222,32 @@ async def drivers_on_ray(
             tasks it ends there (a :class:`~pev.experience.LessonBook`), as ``pev worker`` does.
         log_level: When set, each driver logs pev's messages at that level and above on its
             stderr, which Ray forwards to this process (``ray.init(log_to_driver=True)``).
+        gc_threshold: When set, each driver's process runs CPython's garbage collector with
+            these thresholds (``gc.set_threshold``), as ``pev worker`` does for its own
+            (docs/performance.md); ``None`` leaves them as Python sets them.
         stop: Set it to stop every driver.
 
     Returns:
         What the drivers did.
 
     Raises:
-        UsageError: ``db`` is not a PostgreSQL URL; an option is out of range; an actor option
-            would let Ray restart or retry a driver; no live node could hold a driver.
+        UsageError: ``db`` is not a PostgreSQL URL; an option (``gc_threshold`` too) is out of
+            range; an actor option would let Ray restart or retry a driver; no live node could
+            hold a driver.
         RayUnavailable: The Ray cluster cannot be joined.
         StoreError: The ledger cannot be used from here.
     """
     check_ledger(db)
     _check_numbers(drivers, concurrency, lease_s, poll_s)
+    if gc_threshold is not None and not (
+        len(gc_threshold) == 3
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in gc_threshold)
+        and gc_threshold[0] >= 1
+    ):
+        raise UsageError(
+            f"gc_threshold must be three whole numbers (G0, G1, G2) with G0 at least 1, "
+            f"such as (100_000, 50, 100); got {gc_threshold!r}"
+        )
     options = _actor_options(actor_options)
     store = open_store(db)  # fail here, once, rather than in every driver
     try:
@@ -246,7 +264,7 @@ async def drivers_on_ray(
             "those resources (`ray start --resources`), or place the drivers otherwise with "
             "actor_options"
         )
-    settings = _Settings(db, concurrency, lease_s, poll_s, experience, log_level)
+    settings = _Settings(db, concurrency, lease_s, poll_s, experience, log_level, gc_threshold)
     supervisor = _Supervisor(settings, options)
     return await supervisor.run(hosts if drivers is None else drivers, stop or asyncio.Event())
 
