@@ -16,8 +16,10 @@ from tests.support.watering import GOAL, RECOVERY
 
 import pev
 from pev.kernel import TaskStatus, TerminalReason
+from pev.ledger import LedgerEntry
 from pev.model import JsonObject, Plan, PlanNode, Verdict
 from pev.rails import LoggingRail, RailEvent, RailPhase, RootCauseRail
+from pev.stores import MemoryStore
 from pev.testing import FunctionExecutor, ScriptedPlanner, ScriptedVerifier
 
 if TYPE_CHECKING:  # the fixture's type, for readers and editors; conftest is not importable
@@ -187,3 +189,30 @@ async def test_the_root_cause_rail_counts_a_device_failure_by_node_and_tool(
     assert summary["by_tool"] == {"pump": 1}
     assert summary["diagnosed_by_node"] == {"water": 1}
     assert summary["unknown_outcomes"] == 0
+
+
+async def test_a_run_without_rails_reads_nothing_back_from_its_store() -> None:
+    """The creation's entries are read back only for rails: no rails, no read of the ledger."""
+    reads: list[str] = []
+
+    class CountingStore(MemoryStore):
+        async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
+            reads.append(task_id)
+            return await super().read(task_id, after=after)
+
+    def ping() -> str:
+        """Answer."""
+        return "pong"
+
+    plan = Plan("ping", (PlanNode("a", "ping", tool="ping", effect="query"),))
+    for rails, expected in (((), 0), ((lambda event: None,), 1)):
+        reads.clear()
+        result = await pev.run(
+            "ping",
+            planner=ScriptedPlanner(plan),
+            tools=[pev.tool(ping, effect="query")],
+            store=CountingStore(),
+            rails=rails,
+        )
+        assert result.status == "succeeded"
+        assert len(reads) == expected, rails

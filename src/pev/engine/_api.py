@@ -151,15 +151,17 @@ async def run(
     state = await ledger.create(
         input, contract=contract, policy=policy, components=agent_paths(agent), lease=lease
     )
+    bus = RailBus((*agent.rails, *rails))
     driver = Driver(
         ledger,
         state,
         components,
-        rails=RailBus((*agent.rails, *rails)),
+        rails=bus,
         clock=clock,
         lessons=advice,
         lease=lease,
-        announce=await ledger.entries(state.task_id),
+        # The creation's entries, read back only for rails to see: without rails, no read.
+        announce=await ledger.entries(state.task_id) if bus.rails else (),
     )
     result = await driver.drive()
     await learn_from(experience, driver.state)
