@@ -119,6 +119,8 @@ class Settings:
         warm_tasks: Tasks of the untimed batch before each throughput run.
         warm_round: Whether a warm-up round (samples dropped) comes first.
         num_cpus: The placement of each throughput call (``num_cpus``).
+        spread: Whether two nodes must both run calls: so in a real run, whose backlog is more
+            than one node holds at once; a few tasks (``--quick``) may all fit on the head.
     """
 
     rounds: int = ROUNDS
@@ -128,6 +130,7 @@ class Settings:
     warm_tasks: int = WARM_TASKS
     warm_round: bool = True
     num_cpus: float = NUM_CPUS
+    spread: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,7 +168,9 @@ class Samples:
 
 
 # `--quick`: what tests/test_bench.py runs; its figures are not for the record.
-QUICK = Settings(rounds=1, chain=5, chain_runs=1, tasks=20, warm_tasks=10, warm_round=False)
+QUICK = Settings(
+    rounds=1, chain=5, chain_runs=1, tasks=20, warm_tasks=10, warm_round=False, spread=False
+)
 
 
 # -- the cluster ----------------------------------------------------------------------------
@@ -390,7 +395,7 @@ def problems(samples: Samples, settings: Settings) -> list[str]:
             if run.succeeded != run.tasks:
                 found.append(f"{nodes} node(s): {run.succeeded}/{run.tasks} tasks succeeded")
             used = len(run.calls)
-            if used != nodes:
+            if used > nodes or (settings.spread and used != nodes):
                 found.append(f"{nodes} node(s): the calls ran on {used} node(s)")
     if any(len(values) != settings.rounds for values in samples.per_node.values()):
         found.append("a per-node case is missing rounds")
@@ -459,9 +464,13 @@ def throughput_table(samples: Samples) -> str:
 def report(samples: Samples, settings: Settings) -> str:
     """Both tables, and whether every run did what the tables assume."""
     trouble = problems(samples, settings)
+    spread = (
+        "over two nodes the calls ran on both"
+        if settings.spread
+        else "over two nodes a quick run's few calls may all fit on the head"
+    )
     check = (
-        "Every throughput task succeeded; over one node every call ran on the head, over two "
-        "nodes the calls ran on both."
+        f"Every throughput task succeeded; over one node every call ran on the head, {spread}."
         if not trouble
         else "**Not as described:** " + "; ".join(trouble) + "."
     )
