@@ -33,8 +33,8 @@ from tests.support.ray_tools import (
 )
 
 import pev
-from pev.ledger import Ledger
-from pev.model import Effect, Plan, PlanNode, RecordStatus
+from pev.ledger import Ledger, TaskState
+from pev.model import Effect, ExecutionRecord, Plan, PlanNode, RecordStatus
 from pev.stores import MemoryStore
 from pev.testing import ScriptedPlanner
 
@@ -199,57 +199,72 @@ async def _when_logged(log: Path, count: int, timeout_s: float = 60) -> None:
         await asyncio.sleep(0.1)
 
 
+async def _lost_under(
+    cluster: Any,
+    resource: str,
+    executor: RayExecutor,
+    node: PlanNode,
+    log: Path,
+    *,
+    replace: bool = False,
+) -> tuple[pev.RunResult, ExecutionRecord, TaskState, str]:
+    """Run ``node`` on a node of its own (``resource``), remove that node once the call has
+    started, and (``replace``) start a node with the same resource, as a rebooted host.
+
+    Returns:
+        The result, the task's one record, the task's state, and the removed node's Ray id.
+    """
+    host = cluster.add_node(**node_args(num_cpus=1, resources={resource: 1}))
+    cluster.wait_for_nodes()
+    running = asyncio.create_task(_run(executor, node))
+    await _when_logged(log, 1)
+    cluster.remove_node(host)
+    if replace:
+        cluster.add_node(**node_args(num_cpus=1, resources={resource: 1}))
+    result, store = await asyncio.wait_for(running, 90)
+    state = await Ledger(store).state(result.task_id)
+    (record,) = state.records.values()
+    return result, record, state, host.node_id
+
+
 async def test_a_node_removed_under_a_running_action_leaves_it_unknown_never_resent(
     cluster: Any, tmp_path: Path
 ) -> None:
     """The node with the arm dies mid-action: the record is unknown, and it is not re-sent."""
-    node = cluster.add_node(**node_args(num_cpus=1, resources={"arm1": 1}))
-    cluster.wait_for_nodes()
     log = tmp_path / "effects.log"
-    executor = RayExecutor([pev.tool(deliver_slowly, placement={"arm1": 1})])
-    running = asyncio.create_task(
-        _run(
-            executor,
-            PlanNode("a", "deliver", tool="deliver_slowly", args={"log": str(log), "seconds": 60}),
-        )
+    result, record, _, host = await _lost_under(
+        cluster,
+        "arm1",
+        RayExecutor([pev.tool(deliver_slowly, placement={"arm1": 1})]),
+        PlanNode("a", "deliver", tool="deliver_slowly", args={"log": str(log), "seconds": 60}),
+        log,
     )
-    await _when_logged(log, 1)
-    cluster.remove_node(node)
-    result, store = await asyncio.wait_for(running, 60)
     assert (result.status, result.reason) == ("failed", "execution_failed")
     assert "was lost (NodeDiedError" in result.detail
     assert "the action may or may not have taken effect" in result.detail
-    state = await Ledger(store).state(result.task_id)
-    (record,) = state.records.values()
     assert record.status is RecordStatus.UNKNOWN
-    assert [words[:1] + words[2:] for words in lines(log)] == [["delivered", node.node_id]]
+    assert [words[:1] + words[2:] for words in lines(log)] == [["delivered", host]]
 
 
 async def test_a_lost_action_is_settled_by_its_reconcile_on_the_host_that_comes_back(
     cluster: Any, tmp_path: Path
 ) -> None:
     """The arm's host is replaced: reconcile runs there, finds the delivery, the task succeeds."""
-    node = cluster.add_node(**node_args(num_cpus=1, resources={"arm2": 1}))
-    cluster.wait_for_nodes()
     log = tmp_path / "effects.log"
     tool = pev.tool(
         deliver_slowly,
         placement={"arm2": 1},
         reconcile=functools.partial(delivered_in, str(log)),
     )
-    running = asyncio.create_task(
-        _run(
-            RayExecutor([tool]),
-            PlanNode("a", "deliver", tool="deliver_slowly", args={"log": str(log), "seconds": 60}),
-        )
+    result, record, state, _ = await _lost_under(
+        cluster,
+        "arm2",
+        RayExecutor([tool]),
+        PlanNode("a", "deliver", tool="deliver_slowly", args={"log": str(log), "seconds": 60}),
+        log,
+        replace=True,
     )
-    await _when_logged(log, 1)
-    cluster.remove_node(node)
-    cluster.add_node(**node_args(num_cpus=1, resources={"arm2": 1}))  # the host, rebooted
-    result, store = await asyncio.wait_for(running, 90)
     assert (result.status, result.outputs) == ("succeeded", {"a": "delivered"})
-    state = await Ledger(store).state(result.task_id)
-    (record,) = state.records.values()
     assert record.status is RecordStatus.UNKNOWN  # as it ended; the reconcile settled it
     assert record.id in state.reconciled
     assert [words[0] for words in lines(log)] == ["delivered"]  # sent once
@@ -276,28 +291,21 @@ async def test_a_query_on_a_removed_node_is_a_failure_not_an_unknown(
     cluster: Any, tmp_path: Path
 ) -> None:
     """A query lost with its node is a plain failure: safe to ask again, nothing unknown."""
-    node = cluster.add_node(**node_args(num_cpus=1, resources={"eye0": 1}))
-    cluster.wait_for_nodes()
     log = tmp_path / "effects.log"
-    executor = RayExecutor([pev.tool(look_slowly, effect="query", placement={"eye0": 1})])
-    running = asyncio.create_task(
-        _run(
-            executor,
-            PlanNode(
-                "a",
-                "look",
-                tool="look_slowly",
-                args={"log": str(log), "seconds": 60},
-                effect=Effect.QUERY,
-            ),
-        )
+    result, record, _, _ = await _lost_under(
+        cluster,
+        "eye0",
+        RayExecutor([pev.tool(look_slowly, effect="query", placement={"eye0": 1})]),
+        PlanNode(
+            "a",
+            "look",
+            tool="look_slowly",
+            args={"log": str(log), "seconds": 60},
+            effect=Effect.QUERY,
+        ),
+        log,
     )
-    await _when_logged(log, 1)
-    cluster.remove_node(node)
-    result, store = await asyncio.wait_for(running, 60)
     assert result.status == "failed"
-    state = await Ledger(store).state(result.task_id)
-    (record,) = state.records.values()
     assert record.status is RecordStatus.FAILED
     assert "was lost (NodeDiedError" in result.detail
     assert "may or may not" not in result.detail

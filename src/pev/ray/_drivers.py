@@ -32,9 +32,10 @@ import ray.exceptions as rex
 
 from pev.engine import WorkerReport, worker
 from pev.engine._tenure import new_owner
+from pev.engine._tools import PLACEMENT_RESOURCES
 from pev.errors import UsageError
 from pev.experience import LessonBook
-from pev.ray._cluster import connect, holding, live_nodes, no_room
+from pev.ray._cluster import RAY_NAMES, connect, holding, live_nodes, no_room
 from pev.stores import open_store
 from pev.stores._open import _hidden, is_url
 
@@ -54,8 +55,6 @@ _START_GRACE_S = 2.0
 # replaced after a pause that doubles each time, from the first to the last of these.
 _FIRST_BACKOFF_S = 0.5
 _LAST_BACKOFF_S = 30.0
-# Ray's name of a resource that ``.options()`` names otherwise.
-_RAY_NAMES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -302,7 +301,9 @@ def _actor_options(given: Mapping[str, Any] | None) -> dict[str, Any]:
 def _placement(options: Mapping[str, Any]) -> dict[str, float]:
     """What one driver takes of a node, by Ray's resource names."""
     needed = {
-        _RAY_NAMES[key]: float(options[key]) for key in _RAY_NAMES if options.get(key) is not None
+        RAY_NAMES.get(key, key): float(options[key])
+        for key in PLACEMENT_RESOURCES
+        if options.get(key) is not None
     }
     needed.update({key: float(amount) for key, amount in (options.get("resources") or {}).items()})
     if "CPU" not in needed and set(needed) - {"memory"}:
