@@ -2,7 +2,7 @@
 
 On Python 3.11, ``asyncio.wait_for`` drops a cancel that lands as the awaited thing completes
 (CPython gh-86296, fixed in 3.12), and psycopg_pool waits for a pooled connection that way. The
-heartbeat or the cancel watcher of a drive on PostgreSQL could so miss the cancel that ends it,
+heartbeat of a drive or its store's task watch on PostgreSQL could so miss the cancel that ends it,
 and the drive waited for them forever: ``pev.run`` never returned, and a worker told to stop
 never finished draining (found by the fleet test, tests/engine/test_fleet.py). The store here
 loses that cancel on purpose, the first time each helper calls it.
@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from datetime import datetime
 
 import pev
-from pev.ledger import Lease, LedgerEntry
+from pev.ledger import Lease, TaskMark
 from pev.model import Plan, PlanNode
 from pev.policy import RecoveryPolicy
 from pev.stores import MemoryStore
 from pev.testing import ScriptedPlanner
 
-HELPERS = ("pev-lease-", "pev-watch-")
+HELPERS = ("pev-lease-", "pev-task-w")
 
 
 class LosingStore(MemoryStore):
@@ -44,10 +45,10 @@ class LosingStore(MemoryStore):
         await self._hold_once()
         return await super().renew_lease(lease, now=now, lease_s=lease_s)
 
-    async def read(self, task_id: str, *, after: int = 0) -> tuple[LedgerEntry, ...]:
-        """Read, after holding the cancel watcher's first call until its cancel is lost."""
+    async def marks(self, task_ids: Sequence[str]) -> tuple[TaskMark, ...]:
+        """Look, after holding the task watch's first call until its cancel is lost."""
         await self._hold_once()
-        return await super().read(task_id, after=after)
+        return await super().marks(task_ids)
 
 
 async def slow() -> str:

@@ -10,22 +10,16 @@ the two writes.)
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from tests.support import postgres
+from tests.support.index_refusal import REFUSAL, refusing_index
 
 from pev.errors import StoreError
 from pev.ledger import Store
-from pev.stores import SQLiteStore
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
     from conftest import Backend, TaskFactory
-
-REFUSAL = "the index write failed"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -34,47 +28,12 @@ def backend(request: pytest.FixtureRequest, backends: dict[str, Backend]) -> Bac
     return backends[request.param]
 
 
-@contextlib.contextmanager
-def failing_index(store: Store) -> Iterator[None]:
-    """While the block runs, every insert or update of a task's index row raises."""
-    if isinstance(store, SQLiteStore):
-        with contextlib.closing(sqlite3.connect(store.location, isolation_level=None)) as conn:
-            for when in ("INSERT", "UPDATE"):
-                conn.execute(
-                    f"CREATE TRIGGER pev_test_fail_{when.lower()} BEFORE {when} ON pev_tasks "
-                    f"BEGIN SELECT RAISE(ABORT, '{REFUSAL}'); END"
-                )
-        try:
-            yield
-        finally:
-            with contextlib.closing(sqlite3.connect(store.location, isolation_level=None)) as c:
-                c.execute("DROP TRIGGER pev_test_fail_insert")
-                c.execute("DROP TRIGGER pev_test_fail_update")
-        return
-    schema = store.schema  # type: ignore[attr-defined]
-    postgres.execute(
-        "CREATE FUNCTION {s}.pev_test_fail() RETURNS trigger LANGUAGE plpgsql AS "
-        f"$$ BEGIN RAISE EXCEPTION '{REFUSAL}'; END $$",
-        "CREATE TRIGGER pev_test_fail BEFORE INSERT OR UPDATE ON {s}.pev_tasks "
-        "FOR EACH ROW EXECUTE FUNCTION {s}.pev_test_fail()",
-        schema=schema,
-    )
-    try:
-        yield
-    finally:
-        postgres.execute(
-            "DROP TRIGGER pev_test_fail ON {s}.pev_tasks",
-            "DROP FUNCTION {s}.pev_test_fail()",
-            schema=schema,
-        )
-
-
 async def test_a_new_tasks_events_are_not_kept_without_its_index_row(
     store: Store, tasks: TaskFactory
 ) -> None:
     """The first append of a task fails at its index row: no event of the task is stored."""
     assert await store.list_tasks() == ()  # the store's tables exist (PostgreSQL opens lazily)
-    with failing_index(store), pytest.raises(StoreError, match=REFUSAL):
+    with refusing_index(store), pytest.raises(StoreError, match=REFUSAL):
         await tasks.planning("t1")
     assert await store.summary("t1") is None
     assert await store.list_tasks() == ()
@@ -90,7 +49,7 @@ async def test_a_later_append_keeps_no_event_without_its_index_row(
     await tasks.executing("t1")
     before = await store.read("t1")
     summary = await store.summary("t1")
-    with failing_index(store), pytest.raises(StoreError, match=REFUSAL):
+    with refusing_index(store), pytest.raises(StoreError, match=REFUSAL):
         await tasks.ledger.append("t1", [tasks.capture_failed()])
     assert await store.read("t1") == before
     assert await store.summary("t1") == summary

@@ -16,6 +16,7 @@ planning (:mod:`~pev.engine._plan_step`), a round (:mod:`~pev.engine._round`), s
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -29,10 +30,10 @@ from pev.engine._protocols import NodeContext
 from pev.engine._result import RunResult
 from pev.engine._round import Round
 from pev.engine._settle import Settler
-from pev.engine._tenure import Tenure, cancel_requested, new_owner
+from pev.engine._tenure import Tenure, new_owner
 from pev.engine._threads import run_threads
 from pev.engine._verify_step import VerifyStep
-from pev.errors import ConflictError, PevError, StateError
+from pev.errors import ConflictError, StateError
 from pev.ledger import (
     Event,
     Lease,
@@ -45,6 +46,7 @@ from pev.ledger import (
     cancel_outcome,
     executed_ok,
 )
+from pev.ledger._watch import Follower, TaskWatch, watch_of
 from pev.model import EvidencePhase, ExecutionRecord, PlanNode
 from pev.rails import RailBus
 
@@ -53,7 +55,6 @@ __all__ = ["Driver"]
 log = logging.getLogger("pev.engine")
 
 _CONFLICT_RETRIES = 8
-_EXPIRE_EVERY_POLLS = 20
 
 
 class Driver:
@@ -78,7 +79,6 @@ class Driver:
         *,
         rails: RailBus,
         clock: Callable[[], datetime],
-        poll_s: float = 0.25,
         lessons: tuple[str, ...] = (),
         owner: str | None = None,
         lease_s: float | None = None,
@@ -93,7 +93,6 @@ class Driver:
         self._c = components
         self._rails = rails
         self._clock = clock
-        self._poll_s = poll_s
         self.deadline = Deadline(state.created.task_deadline, clock)
         self.cancel_signal = asyncio.Event()
         self.tools = components.tools
@@ -152,26 +151,30 @@ class Driver:
         tenure = self._tenure
         started = await tenure.take()
         main = asyncio.current_task()
+        stop = main.cancel if main is not None else _nothing
+        # Cancels and takeovers written by other processes, seen through the store's one watch.
+        follower = Follower(
+            tenure.lease,
+            on_cancel=self.cancel_signal.set,
+            on_lost=functools.partial(tenure.taken_over, stop),
+        )
         # Sync code the drive calls runs in the drive's own pool, shut down when it ends.
         with run_threads(self._task_id):
-            helpers = [
-                asyncio.create_task(self._watch(), name=f"pev-watch-{self._task_id}"),
-                asyncio.create_task(
-                    tenure.beat(on_lost=main.cancel if main is not None else _nothing),
-                    name=f"pev-lease-{self._task_id}",
-                ),
-            ]
+            heartbeat = asyncio.create_task(
+                tenure.beat(on_lost=stop), name=f"pev-lease-{self._task_id}"
+            )
             held = False
             try:
-                if self._announce:  # a new task's creation, for its rails
-                    await self._rails.emit(self._announce, self.state)
-                await self.write([started])
-                await self._settler.unfinished()
-                await self._loop()
+                async with self._watch().follow(follower):
+                    if self._announce:  # a new task's creation, for its rails
+                        await self._rails.emit(self._announce, self.state)
+                    await self.write([started])
+                    await self._settler.unfinished()
+                    await self._loop()
             except asyncio.CancelledError:
                 if not tenure.lost or main is None:
                     raise
-                # Withdraw only the heartbeat's own cancel: one asked for by the caller as well
+                # Withdraw only the lease's own cancel: one asked for by the caller as well
                 # still ends the drive as cancelled.
                 if main.uncancel() > 0:
                     raise
@@ -180,9 +183,8 @@ class Driver:
                 held = self._hold_on_error
                 raise
             finally:
-                for helper in helpers:
-                    helper.cancel()
-                await asyncio.gather(*helpers, return_exceptions=True)
+                heartbeat.cancel()
+                await asyncio.gather(heartbeat, return_exceptions=True)
                 if not held:
                     await tenure.release()
         return self.state
@@ -274,20 +276,15 @@ class Driver:
         if self.state.cancel_requested:
             self.cancel_signal.set()
 
-    async def _watch(self) -> None:
-        """Notice a cancel written by another process; expire overdue tasks now and then."""
-        watcher = Ledger(self._ledger.store, clock=self._clock)
-        polls = 0
-        while not cancel_requested():
-            await asyncio.sleep(self._poll_s)
-            polls += 1
-            try:
-                if (await watcher.state(self._task_id)).cancel_requested:
-                    self.cancel_signal.set()
-                if polls % _EXPIRE_EVERY_POLLS == 0:
-                    await watcher.expire_overdue(self._clock())
-            except PevError:
-                log.exception("pev: watching task %s failed", self._task_id)
+    def _watch(self) -> TaskWatch:
+        """The store's watch for this event loop, shared by every task it drives."""
+        store = self._ledger.store
+        clock = self._clock
+
+        def make() -> TaskWatch:
+            return TaskWatch(store, expire=lambda: Ledger(store, clock=clock).expire_overdue())
+
+        return watch_of(store, make)
 
     # -- what a round uses besides the attributes -------------------------------------------
 

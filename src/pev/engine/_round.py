@@ -318,7 +318,7 @@ class Round:
         record_id = RecordId(f"{self._number}:{node.id}")
         now = self._now()
         self._dispatched[record_id] = asyncio.get_running_loop().time()
-        record = ExecutionRecord(
+        record = ExecutionRecord.pending(
             id=record_id,
             task_id=self._task_id,
             revision=self._number,
@@ -327,8 +327,7 @@ class Round:
             args_digest=args_digest,
             effect=effect,
             idempotency_key=f"{self._task_id}/{record_id}",
-            created_at=now,
-            updated_at=now,
+            at=now,
         )
         return record, node, deps, refused
 

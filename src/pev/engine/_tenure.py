@@ -118,12 +118,18 @@ class Tenure:
             try:
                 self._lease = await self._ledger.renew(self.lease, lease_s=self._lease_s)
             except LeaseLost:
-                self.lost = True
-                log.warning("pev: task %s: %s lost its lease", self._task_id, self.owner)
-                on_lost()
+                self.taken_over(on_lost)
                 return
             except PevError:
                 log.exception("pev: task %s: renewing the lease failed", self._task_id)
+
+    def taken_over(self, on_lost: Callable[[], object]) -> None:
+        """Note that another driver took the task over and call ``on_lost``, once."""
+        if self.lost:
+            return
+        self.lost = True
+        log.warning("pev: task %s: %s lost its lease", self._task_id, self.owner)
+        on_lost()
 
     async def release(self) -> None:
         """Free the lease now, unless it was lost; a store failure here is logged."""

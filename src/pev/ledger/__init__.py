@@ -85,6 +85,7 @@ from pev.ledger._summary import (
     TaskSummary,
     summarize,
 )
+from pev.ledger._watch import Marks, TaskMark, TaskWatch
 
 __all__ = [
     "GENESIS_HASH",
@@ -104,6 +105,7 @@ __all__ = [
     "Lease",
     "Ledger",
     "LedgerEntry",
+    "Marks",
     "NodeDispatched",
     "NodeFinished",
     "NodeProgressed",
@@ -119,9 +121,11 @@ __all__ = [
     "Store",
     "TaskCreated",
     "TaskFinished",
+    "TaskMark",
     "TaskPhase",
     "TaskState",
     "TaskSummary",
+    "TaskWatch",
     "Usage",
     "VerdictRecorded",
     "Wakeups",

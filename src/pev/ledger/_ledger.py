@@ -2,9 +2,10 @@
 
 Every write goes through :meth:`Ledger.append`: the events are folded onto the task's current
 state first (an event the state does not allow raises :class:`~pev.errors.StateError` and nothing
-is written), then sealed into the hash chain and appended in one durable transaction with the
-task's new index row. With a ledger key (``PEV_LEDGER_KEY``) each new event is sealed with
-HMAC-SHA256 under it, so that nobody without the key can reseal an edit.
+is written), then sealed into the hash chain and appended with the task's new index row,
+atomically and durably (the store may commit appends issued together in one transaction). With
+a ledger key (``PEV_LEDGER_KEY``) each new event is sealed with HMAC-SHA256 under it, so that
+nobody without the key can reseal an edit.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import NamedTuple
 
 from pev.errors import (
     ConflictError,
-    LeaseLost,
     StateError,
     UnknownTaskError,
     UsageError,
@@ -205,7 +205,7 @@ class Ledger:
     async def append(
         self, task_id: str, events: Sequence[Event], *, fence: Lease | None = None
     ) -> TaskState:
-        """Append events to a task in one durable transaction, and return the new state.
+        """Append events to a task, atomically and durably, and return the new state.
 
         Args:
             task_id: The task.
@@ -293,7 +293,10 @@ class Ledger:
         summary = summarize(new_state, head_hash=entries[-1].hash, title=title)
         try:
             await self._store.append(entries, summary, fence=fence)
-        except (ConflictError, LeaseLost):
+        except BaseException:
+            # Another writer moved the task on (ConflictError, LeaseLost), or this append's
+            # outcome is unknown (cancelled while it waited for a shared commit, a commit whose
+            # answer was lost): the task's head is read from the store again when next needed.
             self._heads.pop(task_id, None)
             raise
         last = entries[-1]

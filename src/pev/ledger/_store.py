@@ -32,7 +32,10 @@ class Store(Protocol):
     A store does not interpret events; the :class:`~pev.ledger.Ledger` folds and seals them. A
     store guarantees:
 
-    * ``append`` is one durable transaction: all of ``entries`` and the index row, or nothing;
+    * ``append`` is atomic and durable: all of ``entries`` and the index row, or nothing, and
+      committed durably by the time it returns. Appends issued together may share one commit
+      (group commit); each stays all or nothing on its own, and its failure is its caller's
+      alone. A caller cancelled while its append runs cannot tell whether it was written;
     * sequence numbers per task are unique and gap-free: a writer that appends a sequence number
       another writer already wrote gets :class:`~pev.errors.ConflictError` and writes nothing;
     * the first entry links to the stored head (``prev_hash``), else
@@ -51,7 +54,7 @@ class Store(Protocol):
     async def append(
         self, entries: Sequence[LedgerEntry], summary: TaskSummary, *, fence: Lease | None = None
     ) -> None:
-        """Write consecutive entries of one task and its new index row, atomically.
+        """Write consecutive entries of one task and its new index row, atomically and durably.
 
         Raises:
             ConflictError: Another writer already appended the first entry's sequence number.

@@ -33,19 +33,21 @@ from pev.ledger import (
 )
 from pev.ledger._chain import raw_entry
 from pev.ledger._lease import is_free
+from pev.ledger._watch import TaskMark, WatchedStore
 from pev.model import TaskId
 from pev.stores._wakeups import Waiters
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
+class MemoryStore(WatchedStore):
     """Keeps ledgers in this process's memory; they are gone when it exits.
 
     Safe to share between the threads and tasks of one process.
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._entries: dict[str, list[LedgerEntry]] = {}
         self._summaries: dict[str, TaskSummary] = {}
@@ -197,6 +199,19 @@ class MemoryStore:
             self._check_open()
             due = [(at, t) for t, at in self._waiting.items() if deadline_passed(now, at)]
         return tuple(TaskId(task_id) for _, task_id in sorted(due))
+
+    async def marks(self, task_ids: Sequence[str]) -> tuple[TaskMark, ...]:
+        """The phase and lease of each of ``task_ids`` that exists."""
+        with self._lock:
+            marks = []
+            for task_id in task_ids:
+                summary = self._summaries.get(task_id)
+                if summary is None:
+                    continue
+                lease = self._leases.get(task_id)
+                owner, epoch = (lease.owner, lease.epoch) if lease is not None else (None, None)
+                marks.append(TaskMark(task_id, summary.phase, owner, epoch))
+            return tuple(marks)
 
     async def save_episode(self, episode: Episode, *, supports: Collection[str] = ()) -> None:
         """Keep an episode once, with the lessons it supports (see ``LessonStore``)."""

@@ -1,12 +1,13 @@
 """The PostgreSQL store: ledgers for many workers on many machines (docs/stores.md).
 
 The same contract as the SQLite store (docs/design.md §5.5), over psycopg 3 and a pool of
-connections: each append is one transaction that locks the task's index row (``FOR UPDATE``), so
-appends, lease takeovers and heartbeats of one task take turns, and the fence of an append is
-checked under that lock; the primary key on (task id, sequence) turns a lost race into
-:class:`~pev.errors.ConflictError`. Events are kept as the canonical JSON text that was hashed,
-and triggers refuse any UPDATE, DELETE or TRUNCATE of them. Episodes and lessons are kept
-beside the ledgers (:mod:`pev.stores._postgres_lessons`).
+connections: each append is one statement (a function of the schema) that locks the task's index
+row (``FOR UPDATE``), so appends, lease takeovers and heartbeats of one task take turns, and the
+fence of an append is checked under that lock; the primary key on (task id, sequence) turns a
+lost race into :class:`~pev.errors.ConflictError`. Appends issued together share one
+transaction, each in a subtransaction of its own (:mod:`pev.stores._group`). Events are kept as
+the canonical JSON text that was hashed, and triggers refuse any UPDATE, DELETE or TRUNCATE of
+them. Episodes and lessons are kept beside the ledgers (:mod:`pev.stores._postgres_lessons`).
 
 The tables live in one PostgreSQL schema (``pev`` unless named), whose version is recorded; see
 :mod:`pev.stores._postgres_schema` for the tables and their migrations. Needs the ``postgres``
@@ -43,32 +44,32 @@ from pev.ledger import (
 from pev.ledger._chain import entry_texts
 from pev.ledger._lease import is_free
 from pev.ledger._store import decode_entry
+from pev.ledger._watch import TaskMark, WatchedStore
 from pev.model import TaskId
-from pev.stores._postgres_db import Cursor, Database, TupleRow, UniqueViolation
+from pev.stores._group import GroupCommit
+from pev.stores._postgres_db import Cursor, Database, TupleRow
 from pev.stores._postgres_lessons import PostgresLessons
 from pev.stores._postgres_schema import RUNNABLE_TASKS
 
 __all__ = ["PostgresStore"]
 
-_INSERT_EVENT = (
-    "INSERT INTO {s}.pev_events (task_id, seq, at, schema, kind, event, prev_hash, hash) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+# One append, checked and written by the schema's function (see _postgres_schema.py), which
+# answers its expected failures as a row: (outcome, detail, head seq, head hash, lease owner,
+# lease epoch, lease expiry).
+_APPEND = (
+    "SELECT * FROM {s}.pev_append(%s::text, %s::bigint[], %s::text[], %s::integer[], "
+    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text, %s::text, %s::text, %s::text, "
+    "%s::timestamptz, %s::timestamptz, %s::bigint, %s::text, %s::timestamptz, %s::text, "
+    "%s::bigint, %s::timestamptz, %s::text)"
 )
+# The most appends one transaction holds. Each is a subtransaction that writes, and PostgreSQL
+# keeps the first 64 of a transaction where every other session's snapshot sees them at no cost;
+# past that, their snapshots look each one up, for as long as the transaction lasts.
+_GROUP_LIMIT = 64
 # The task's index row, locked until the transaction ends: every write of a task takes it first.
 _LOCK_TASK = (
     "SELECT event_count, head_hash, phase, status, reason, title, replan_deadline "
     "FROM {s}.pev_tasks WHERE task_id = %s FOR UPDATE"
-)
-_UPSERT_TASK = (
-    "INSERT INTO {s}.pev_tasks (task_id, phase, status, reason, title, created_at, updated_at, "
-    "event_count, head_hash, replan_deadline) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (task_id) DO UPDATE SET phase = excluded.phase, status = excluded.status, "
-    "reason = excluded.reason, title = excluded.title, updated_at = excluded.updated_at, "
-    "event_count = excluded.event_count, head_hash = excluded.head_hash, "
-    "replan_deadline = excluded.replan_deadline"
-)
-_UPDATE_HEAD = (
-    "UPDATE {s}.pev_tasks SET updated_at = %s, event_count = %s, head_hash = %s WHERE task_id = %s"
 )
 _SELECT_LEASE = "SELECT owner, epoch, expires_at FROM {s}.pev_leases WHERE task_id = %s"
 _UPSERT_LEASE = (
@@ -98,7 +99,7 @@ _SUMMARY = (
 )
 
 
-class PostgresStore(PostgresLessons):
+class PostgresStore(PostgresLessons, WatchedStore):
     """Ledgers, leases and lessons in a PostgreSQL schema, shared by any number of processes.
 
     The store connects on first use (a constructor cannot wait for a server): it then creates an
@@ -121,8 +122,12 @@ class PostgresStore(PostgresLessons):
         self, url: str, *, schema: str = "pev", min_size: int = 1, max_size: int = 10
     ) -> None:
         super().__init__(Database(url, schema=schema, min_size=min_size, max_size=max_size))
+        WatchedStore.__init__(self)
         # The channel its writers NOTIFY and its workers LISTEN on (a name is at most 63 bytes).
         self._channel = f"pev:{self._db.schema}"[:63]
+        self._appends: GroupCommit[tuple[object, ...], TupleRow | None] = GroupCommit(
+            self._commit_appends, limit=_GROUP_LIMIT
+        )
 
     @property
     def location(self) -> str:
@@ -173,67 +178,76 @@ class PostgresStore(PostgresLessons):
     async def append(
         self, entries: Sequence[LedgerEntry], summary: TaskSummary, *, fence: Lease | None = None
     ) -> None:
-        """Append a batch and its index row in one transaction (fenced by ``fence``)."""
-        rows = [
-            (e.task_id, e.seq, at_text, e.schema, e.event.kind, text, e.prev_hash, e.hash)
-            for e, (at_text, text) in zip(entries, entry_texts(entries), strict=True)
-        ]
-        listed = (
-            str(summary.phase),
-            summary.status.value if summary.status else None,
-            summary.reason.value if summary.reason else None,
-            summary.title,
-            summary.replan_deadline,
+        """Append a batch and its index row, atomically and durably (fenced by ``fence``).
+
+        One statement checks and writes the append under the task's index row lock. Appends
+        issued in the same turn of the event loop share one transaction, sent in one round trip
+        (see :class:`~pev.stores._group.GroupCommit`): each is rolled back alone if it fails,
+        and raises to its own caller; every caller returns once the shared COMMIT succeeded.
+        """
+        # What the batch must be whatever the stored head: checked before anything is sent.
+        if not entries:
+            check_batch(entries, summary, head_seq=0, head_hash=GENESIS_HASH)  # refuses it
+        first = entries[0]
+        check_batch(entries, summary, head_seq=first.seq - 1, head_hash=first.prev_hash)
+        texts = entry_texts(entries)
+        row = await self._appends.submit(
+            (
+                first.task_id,
+                [entry.seq for entry in entries],
+                [at_text for at_text, _ in texts],
+                [int(entry.schema) for entry in entries],
+                [entry.event.kind for entry in entries],
+                [text for _, text in texts],
+                [entry.prev_hash for entry in entries],
+                [entry.hash for entry in entries],
+                str(summary.phase),
+                summary.status.value if summary.status else None,
+                summary.reason.value if summary.reason else None,
+                summary.title,
+                summary.created_at,
+                summary.updated_at,
+                summary.event_count,
+                summary.head_hash,
+                summary.replan_deadline,
+                fence.owner if fence else None,
+                fence.epoch if fence else None,
+                fence.expires_at if fence else None,
+                self._channel,
+            )
         )
-
-        task_id = entries[0].task_id if entries else ""
-
-        async def work(cur: Cursor) -> None:
-            # One round trip: BEGIN, the lock and (fenced) the lease read after it, under it.
-            await cur.execute(self._db.sql(_LOCK_TASK), (task_id,))
+        if row is None:
+            raise StoreError(f"{self.location}: an append of task {first.task_id} had no answer")
+        outcome, detail, head_seq, head_hash, *lease_row = row
+        if outcome == "ok":
+            return
+        if outcome == "conflict":
+            raise ConflictError(first.task_id, first.seq)
+        if outcome == "refused":
+            # The very checks of the other stores, on the head and lease the function found.
             if fence is not None:
-                leases = cur.connection.cursor()
-                await leases.execute(self._db.sql(_SELECT_LEASE), (task_id,))
-            head = await cur.fetchone()
-            first = None
-            if fence is not None:
-                current = _lease_from(task_id, await leases.fetchone())
-                first = fenced(current, fence, new_task=head is None)
-            head_seq, head_hash = (int(head[0]), str(head[1])) if head else (0, GENESIS_HASH)
-            check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
-            # The other: the events, the index row and COMMIT (a taken seq fails it).
-            if len(rows) == 1:
-                await cur.execute(self._db.sql(_INSERT_EVENT), rows[0])
-            else:
-                await cur.executemany(self._db.sql(_INSERT_EVENT), rows)
-            if head is not None and (*head[2:6], _utc_or_none(head[6])) == listed:
-                # Most appends move only the head: the row's indexed columns stay as they are.
-                await cur.execute(
-                    self._db.sql(_UPDATE_HEAD),
-                    (summary.updated_at, summary.event_count, summary.head_hash, task_id),
+                current = _lease_from(
+                    first.task_id, None if lease_row[0] is None else tuple(lease_row)
                 )
+                fenced(current, fence, new_task=head_seq is None)
+            if head_seq is None:
+                check_batch(entries, summary, head_seq=0, head_hash=GENESIS_HASH)
             else:
-                await cur.execute(
-                    self._db.sql(_UPSERT_TASK),
-                    (
-                        summary.task_id,
-                        *listed[:4],
-                        summary.created_at,
-                        summary.updated_at,
-                        summary.event_count,
-                        summary.head_hash,
-                        summary.replan_deadline,
-                    ),
-                )
-            if first is not None:
-                await self._keep_lease(cur, first)
-            elif head is None:
-                await self._wake(cur)  # a task no driver holds: a worker may claim it
+                check_batch(entries, summary, head_seq=int(head_seq), head_hash=str(head_hash))
+        raise StoreError(f"a write to {self.location} failed: {detail or outcome}")
 
-        try:
-            await self._db.write_pipelined(work)
-        except UniqueViolation as exc:
-            raise ConflictError(task_id, entries[0].seq) from exc
+    async def _commit_appends(
+        self, appends: Sequence[tuple[object, ...]]
+    ) -> list[TupleRow | BaseException | None]:
+        """Commit appends together: one transaction, one round trip, one row each, in order."""
+        # Each append locks its task's row: taken in one order (by task id, the appends of one
+        # task in the order they were issued), two batches never wait for each other in a cycle.
+        order = sorted(range(len(appends)), key=lambda index: str(appends[index][0]))
+        rows = await self._db.together(_APPEND, [appends[index] for index in order])
+        answered: list[TupleRow | BaseException | None] = [None] * len(appends)
+        for index, row in zip(order, rows, strict=True):
+            answered[index] = row
+        return answered
 
     async def acquire_lease(
         self, task_id: str, owner: str, *, now: datetime, lease_s: float
@@ -407,6 +421,18 @@ class PostgresStore(PostgresLessons):
             (now,),
         )
         return tuple(TaskId(str(row[0])) for row in rows)
+
+    async def marks(self, task_ids: Sequence[str]) -> tuple[TaskMark, ...]:
+        """The phase and lease of each of ``task_ids`` that exists, in one indexed query."""
+        rows = await self._db.query(
+            "SELECT t.task_id, t.phase, l.owner, l.epoch FROM {s}.pev_tasks t "
+            "LEFT JOIN {s}.pev_leases l ON l.task_id = t.task_id WHERE t.task_id = ANY(%s)",
+            (list(task_ids),),
+        )
+        return tuple(
+            TaskMark(str(task_id), TaskPhase(phase), owner, epoch)
+            for task_id, phase, owner, epoch in rows
+        )
 
 
 def _lease_from(task_id: str, row: TupleRow | None) -> Lease | None:

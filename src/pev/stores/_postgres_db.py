@@ -3,7 +3,8 @@
 :class:`Database` connects on first use: it creates an empty schema at the current version, or
 checks that an existing one is pev's and at this version (see :mod:`pev.stores._postgres_schema`),
 then opens a pool of connections. The store (:mod:`pev.stores._postgres`) runs its statements
-through it: :meth:`Database.write` in one transaction, :meth:`Database.query` on its own.
+through it: :meth:`Database.write` in one transaction, :meth:`Database.query` on its own, and
+:meth:`Database.together` a batch of appends in one pipelined transaction.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ try:
     import psycopg
     from psycopg import AsyncCursor, sql
     from psycopg.conninfo import conninfo_to_dict
-    from psycopg.errors import UniqueViolation
     from psycopg.rows import TupleRow
     from psycopg_pool import AsyncConnectionPool
 except ImportError as exc:  # exercised with psycopg hidden, in the tests
@@ -34,7 +34,7 @@ from pev.errors import StoreError, UsageError
 from pev.stores import _postgres_schema as ddl
 from pev.stores._wakeups import watched
 
-__all__ = ["Cursor", "Database", "TupleRow", "UniqueViolation", "describe"]
+__all__ = ["Cursor", "Database", "TupleRow", "describe"]
 
 T = TypeVar("T")
 log = logging.getLogger("pev.stores")
@@ -223,31 +223,36 @@ class Database:
         except psycopg.Error as exc:
             raise StoreError(f"a write to {self._location} failed: {_line(exc)}") from exc
 
-    async def write_pipelined(self, work: Callable[[Cursor], Awaitable[T]]) -> T:
-        """Run ``work`` in one transaction on a pooled connection in pipeline mode.
+    async def together(
+        self, template: str, params: Sequence[Sequence[object]]
+    ) -> list[TupleRow | None]:
+        """Run one statement once per set of ``params`` in one transaction; the first row of each.
 
-        Statements are queued and sent together: ``BEGIN`` goes with those ``work`` executes
-        before its first fetch, and ``COMMIT`` with the rest, so a ``work`` that fetches once
-        costs two round trips to the server (:meth:`write` costs one per statement, ``BEGIN``
-        and ``COMMIT`` included). An error of a queued statement is raised at the next fetch or
-        at the commit, and the transaction is rolled back; a :class:`UniqueViolation` is raised
-        as it is, for the caller to name, any other as :class:`StoreError`.
+        The statements go in pipeline mode, between ``BEGIN`` and ``COMMIT``: the whole batch
+        costs one round trip to the server, and one commit. A lone statement runs on its own
+        (the connection autocommits: it is its own transaction), also in one round trip. This
+        returns once the commit has succeeded; any error of the batch (a statement's, the
+        commit's, the connection's) rolls it all back and is raised as :class:`StoreError`, so
+        the statements should answer their expected failures as rows.
         """
         pool = await self._ready()
+        statement = self.sql(template)
         try:
             async with pool.connection() as conn:
+                if len(params) == 1:
+                    cursor = await conn.execute(statement, params[0])
+                    return [await cursor.fetchone()]
                 try:
-                    # Leaving the pipeline sends what is queued and waits for all of it.
-                    async with conn.pipeline(), conn.cursor() as cur:
-                        await cur.execute(b"BEGIN")
-                        done = await work(cur)
-                        await cur.execute(b"COMMIT")
+                    # Leaving the pipeline sends what is queued and waits for all of it, COMMIT's
+                    # answer included.
+                    async with conn.pipeline():
+                        await conn.execute(b"BEGIN")
+                        cursors = [await conn.execute(statement, one) for one in params]
+                        await conn.execute(b"COMMIT")
                 except BaseException:
                     await _roll_back(conn)
                     raise
-                return done
-        except UniqueViolation:
-            raise
+                return [await cursor.fetchone() for cursor in cursors]
         except psycopg.Error as exc:
             raise StoreError(f"a write to {self._location} failed: {_line(exc)}") from exc
 

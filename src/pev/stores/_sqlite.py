@@ -1,8 +1,9 @@
 """The SQLite store: pev's embedded default ledger (docs/design.md §5.5).
 
-One file (:mod:`pev.stores._sqlite_db`: WAL, a durable commit per append, safe for several
-processes on one machine), with a primary key on (task id, sequence) so that of two writers
-appending the same sequence number one wins and the other gets
+One file (:mod:`pev.stores._sqlite_db`: WAL, every append durable when it returns, safe for
+several processes on one machine; appends issued together share one commit, each in a savepoint
+of its own: :mod:`pev.stores._group`), with a primary key on (task id, sequence) so that of two
+writers appending the same sequence number one wins and the other gets
 :class:`~pev.errors.ConflictError`. Writers take SQLite's write lock with ``BEGIN IMMEDIATE``;
 events are append-only in the schema itself: triggers refuse any UPDATE or DELETE of an event
 row. Leases are kept beside the ledgers, and claims take them in one immediate transaction.
@@ -13,9 +14,10 @@ The same file keeps experience (docs/design.md §8, :mod:`pev.stores._sqlite_les
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -40,7 +42,9 @@ from pev.ledger import (
 )
 from pev.ledger._chain import entry_texts
 from pev.ledger._store import decode_entry
+from pev.ledger._watch import TaskMark, WatchedStore
 from pev.model import TaskId
+from pev.stores._group import GroupCommit
 from pev.stores._sqlite_db import RUNNABLE_TASKS, SQLiteDatabase, query_rows
 from pev.stores._sqlite_lessons import SQLiteLessons
 
@@ -83,8 +87,19 @@ _UPSERT_LEASE = (
     "expires_at = excluded.expires_at"
 )
 
+# The phase and lease of the tasks a watch follows: their ids as one JSON array, so that one
+# statement serves any number of them, each found through the primary keys.
+_SELECT_MARKS = (
+    "SELECT t.task_id, t.phase, l.owner, l.epoch FROM json_each(?) AS ids "
+    "JOIN pev_tasks t ON t.task_id = ids.value LEFT JOIN pev_leases l ON l.task_id = t.task_id"
+)
+
 # How often a waiting worker's store looks for another connection's commits.
 _WATCH_S = 0.05
+
+# The most appends one commit holds: a burst of thousands is committed a few hundred at a time,
+# so that no transaction (nor the write lock other processes wait for) grows without bound.
+_GROUP_LIMIT = 256
 
 # Runnable tasks, oldest first: not ended (through the runnable-tasks index), lease free at `now`.
 _SELECT_CLAIMABLE = (
@@ -138,7 +153,7 @@ def _parse_time(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
-class SQLiteStore(SQLiteLessons):
+class SQLiteStore(SQLiteLessons, WatchedStore):
     """A ledger in one SQLite file, safe for several processes on one machine.
 
     Args:
@@ -160,6 +175,10 @@ class SQLiteStore(SQLiteLessons):
         offload: bool = False,
     ) -> None:
         super().__init__(SQLiteDatabase(path, busy_timeout_s=busy_timeout_s, offload=offload))
+        WatchedStore.__init__(self)
+        self._appends: GroupCommit[Callable[[sqlite3.Connection], None], None] = GroupCommit(
+            self._db.together, limit=_GROUP_LIMIT
+        )
 
     @property
     def location(self) -> str:
@@ -189,7 +208,13 @@ class SQLiteStore(SQLiteLessons):
     async def append(
         self, entries: Sequence[LedgerEntry], summary: TaskSummary, *, fence: Lease | None = None
     ) -> None:
-        """Append a batch and its index row in one durable transaction (fenced by ``fence``)."""
+        """Append a batch and its index row, atomically and durably (fenced by ``fence``).
+
+        Appends issued in the same turn of the event loop share one durable transaction, each in
+        a savepoint of its own (see :class:`~pev.stores._group.GroupCommit`): one that fails is
+        rolled back alone and raises to its own caller, and every caller returns only once the
+        shared COMMIT has succeeded. A lone append is a transaction of its own, as before.
+        """
         # Entries the ledger just sealed bring the texts it hashed: no event is encoded twice.
         rows: list[tuple[object, ...]] = [
             (
@@ -241,7 +266,7 @@ class SQLiteStore(SQLiteLessons):
             if first is not None:
                 _keep_lease(conn, first)
 
-        await self._db.write(work)
+        await self._appends.submit(work)
 
     async def acquire_lease(
         self, task_id: str, owner: str, *, now: datetime, lease_s: float
@@ -389,6 +414,21 @@ class SQLiteStore(SQLiteLessons):
         )
         rows = await self._db.run(lambda conn: query_rows(conn, query, (_time_key(now),)))
         return tuple(TaskId(str(row[0])) for row in rows)
+
+    async def marks(self, task_ids: Sequence[str]) -> tuple[TaskMark, ...]:
+        """The phase and lease of each of ``task_ids`` that exists, in one indexed query."""
+        rows = await self._db.query(_SELECT_MARKS, (json.dumps(list(task_ids)),))
+        return tuple(_mark_of(row) for row in rows)
+
+
+def _mark_of(row: tuple[object, ...]) -> TaskMark:
+    task_id, phase, owner, epoch = row
+    return TaskMark(
+        str(task_id),
+        TaskPhase(str(phase)),
+        None if owner is None else str(owner),
+        None if epoch is None else _number(epoch),
+    )
 
 
 def _raw_of(task_id: str, row: tuple[object, ...]) -> RawEntry:

@@ -8,7 +8,8 @@ When another process holds the write lock, the call pauses without blocking the 
 tries again (up to ``busy_timeout_s``), so a loop never stalls behind another writer.
 ``offload=True`` sends every call to the database's own thread, for slow or networked disks.
 The store (:mod:`pev.stores._sqlite`) and its experience half (:mod:`pev.stores._sqlite_lessons`)
-run their statements through it.
+run their statements through it: a write in a transaction of its own (:meth:`SQLiteDatabase.write`),
+or appends issued together in one, a savepoint each (:meth:`SQLiteDatabase.together`).
 """
 
 from __future__ import annotations
@@ -422,6 +423,73 @@ class SQLiteDatabase:
             conn.execute("ROLLBACK")
             raise
         return result
+
+    async def together(
+        self, works: Sequence[Callable[[sqlite3.Connection], T]]
+    ) -> list[T | BaseException]:
+        """Run ``works`` in one write transaction, each in a savepoint of its own; one outcome each.
+
+        A work that raises is rolled back to its savepoint alone, and its outcome is its error
+        (an SQLite error as the StoreError a write of its own would raise); the others are
+        committed together, with one durable COMMIT. A lone work needs no savepoint: it is the
+        transaction. The whole call raises, committing nothing, when the transaction itself
+        fails: its BEGIN (``Busy`` when another writer holds the lock, which :meth:`run` waits
+        out), its COMMIT, or a work's error that made SQLite roll the whole transaction back
+        (a full disk, an I/O error).
+        """
+        return await self.run(functools.partial(self._together, works))
+
+    def _together(
+        self, works: Sequence[Callable[[sqlite3.Connection], T]], conn: sqlite3.Connection
+    ) -> list[T | BaseException]:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise Busy from exc
+        savepoints = len(works) > 1
+        outcomes: list[T | BaseException] = []
+        try:
+            for work in works:
+                if savepoints:
+                    conn.execute("SAVEPOINT pev_append")
+                try:
+                    outcomes.append(work(conn))
+                except Exception as exc:  # the work's own error, for its caller alone
+                    failure = self._failure(exc)
+                    if not conn.in_transaction:
+                        raise failure from exc  # SQLite rolled back the works before it too
+                    outcomes.append(failure)
+                    if savepoints:
+                        conn.execute("ROLLBACK TO pev_append")
+                if savepoints:
+                    conn.execute("RELEASE pev_append")
+            if all(isinstance(outcome, BaseException) for outcome in outcomes):
+                conn.execute("ROLLBACK")  # nothing to keep: no commit to wait for
+            else:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._roll_back(conn)
+            raise StoreError(f"a write to {self._location} failed: {exc}") from exc
+        except BaseException:
+            self._roll_back(conn)
+            raise
+        return outcomes
+
+    def _failure(self, exc: Exception) -> Exception:
+        """The error a work's caller gets: what a write of its own would have raised."""
+        if isinstance(exc, sqlite3.Error):
+            failure: Exception = StoreError(f"a write to {self._location} failed: {exc}")
+        elif isinstance(exc, UnicodeDecodeError):
+            failure = unreadable(self._location, exc)
+        else:
+            return exc
+        failure.__cause__ = exc
+        return failure
+
+    @staticmethod
+    def _roll_back(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:  # SQLite may have rolled back already (a full disk, say)
+            conn.execute("ROLLBACK")
 
     async def close(self) -> None:
         """Close the database and its thread; the store is unusable afterwards."""

@@ -1,0 +1,229 @@
+"""One watcher per store: the cancels and lease changes of every task a process drives.
+
+A driver must notice what other processes write to its task: a ``cancel_requested`` event
+(``pev cancel``), or its lease taken over by another driver. Polling each task on its own costs
+one read per task per look, and with thousands of tasks in one process the looks are most of
+the work. So a store keeps one :class:`TaskWatch` per event loop, which every driver of that
+loop follows its task through: each look is a single query of the index for all the followed
+tasks at once (:meth:`Marks.marks`: one indexed lookup by task id, no events read or folded),
+and only a follower whose task changed is told. The same watch expires, now and then, the
+tasks whose replan deadline passed with nobody to start the replan
+(:meth:`~pev.ledger.Ledger.expire_overdue`).
+
+A store of your own without ``marks`` is watched all the same, one index row and one lease read
+per task a look (:func:`read_marks`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, runtime_checkable
+
+from pev.errors import PevError
+from pev.ledger._lease import Lease
+from pev.ledger._phases import TERMINAL_PHASES, TaskPhase
+from pev.ledger._store import Store
+
+__all__ = [
+    "Follower",
+    "Marks",
+    "TaskMark",
+    "TaskWatch",
+    "WatchedStore",
+    "read_marks",
+    "watch_of",
+]
+
+log = logging.getLogger("pev.ledger")
+
+POLL_S = 0.25
+"""How often a watch looks at the tasks it follows."""
+
+_EXPIRE_EVERY_POLLS = 20  # about every 5 s at POLL_S: overdue replans are rare and not urgent
+
+
+class TaskMark(NamedTuple):
+    """What a watch reads of one task: its phase and its current lease's owner and epoch.
+
+    Attributes:
+        task_id: The task.
+        phase: Its phase in the task index.
+        owner: Its lease's owner, or ``None`` if it never had a lease.
+        epoch: Its lease's epoch, or ``None`` if it never had a lease.
+    """
+
+    task_id: str
+    phase: TaskPhase
+    owner: str | None
+    epoch: int | None
+
+
+@runtime_checkable
+class Marks(Protocol):
+    """A store that reads the marks of many tasks in one query (optional; pev's stores do)."""
+
+    async def marks(self, task_ids: Sequence[str]) -> tuple[TaskMark, ...]:
+        """The marks of those of ``task_ids`` that exist, in any order."""
+        ...
+
+
+async def read_marks(store: Store, task_ids: Sequence[str]) -> tuple[TaskMark, ...]:
+    """The marks of ``task_ids``: in one query where the store has :class:`Marks`, else per task."""
+    if isinstance(store, Marks):
+        return await store.marks(task_ids)
+    marks = []
+    for task_id in task_ids:
+        summary = await store.summary(task_id)
+        if summary is None:
+            continue
+        lease = await store.lease(task_id)
+        marks.append(
+            TaskMark(
+                task_id,
+                summary.phase,
+                lease.owner if lease is not None else None,
+                lease.epoch if lease is not None else None,
+            )
+        )
+    return tuple(marks)
+
+
+@dataclass(eq=False, slots=True)
+class Follower:
+    """One driver's interest in its task.
+
+    Attributes:
+        lease: The lease the driver holds: a mark with another owner or epoch means its task
+            was taken over.
+        on_cancel: Called once the task is being cancelled, or ended by another writer.
+        on_lost: Called once the task's lease has another owner or epoch.
+    """
+
+    lease: Lease
+    on_cancel: Callable[[], object]
+    on_lost: Callable[[], object]
+    told_cancel: bool = False
+    told_lost: bool = False
+
+    def see(self, mark: TaskMark) -> None:
+        """Tell the driver what changed since the last look, once per kind of change."""
+        if not self.told_cancel and (
+            mark.phase is TaskPhase.CANCELLING or mark.phase in TERMINAL_PHASES
+        ):
+            self.told_cancel = True
+            self.on_cancel()
+        lease = self.lease
+        if (
+            not self.told_lost
+            and mark.owner is not None
+            and (mark.owner, mark.epoch) != (lease.owner, lease.epoch)
+        ):
+            self.told_lost = True
+            self.on_lost()
+
+
+class TaskWatch:
+    """Watches the tasks its followers drive, all in one query a look, on one event loop.
+
+    Its look runs as one background task while anyone follows, and stops with the last
+    follower. Get a store's watch with :func:`watch_of`.
+
+    Args:
+        store: The store the tasks live in.
+        expire: Called every twentieth look (about every 5 s) to expire overdue replans; a
+            failure is logged.
+        poll_s: How often to look.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        expire: Callable[[], Awaitable[object]] | None = None,
+        poll_s: float = POLL_S,
+    ) -> None:
+        self._store = store
+        self._expire = expire
+        self._poll_s = poll_s
+        self._followers: dict[str, list[Follower]] = {}
+        self._looking: asyncio.Task[None] | None = None
+
+    @property
+    def following(self) -> int:
+        """How many followers the watch has now."""
+        return sum(len(followers) for followers in self._followers.values())
+
+    @contextlib.asynccontextmanager
+    async def follow(self, follower: Follower) -> AsyncIterator[Follower]:
+        """While the block runs, tell ``follower`` of its task's cancel and lease changes."""
+        task_id = follower.lease.task_id
+        self._followers.setdefault(task_id, []).append(follower)
+        if self._looking is None:
+            self._looking = asyncio.create_task(self._look(), name="pev-task-watch")
+        try:
+            yield follower
+        finally:
+            followers = self._followers[task_id]
+            followers.remove(follower)
+            if not followers:
+                del self._followers[task_id]
+            looking = self._looking
+            if not self._followers and looking is not None:
+                # The last one out stops the look (a new follower starts another).
+                self._looking = None
+                looking.cancel()
+                await asyncio.gather(looking, return_exceptions=True)
+
+    async def _look(self) -> None:
+        looks = 0
+        this = asyncio.current_task()
+        # A cancel lost inside the store (asyncio.wait_for on Python 3.11 can drop one, and
+        # psycopg_pool waits that way) must still stop the look: it is checked at each turn.
+        while this is None or this.cancelling() == 0:
+            await asyncio.sleep(self._poll_s)
+            looks += 1
+            try:
+                marks = await read_marks(self._store, tuple(self._followers))
+            except PevError:
+                log.exception("pev: watching %d tasks failed", len(self._followers))
+                continue
+            for mark in marks:
+                for follower in tuple(self._followers.get(mark.task_id, ())):
+                    follower.see(mark)
+            if self._expire is not None and looks % _EXPIRE_EVERY_POLLS == 0:
+                try:
+                    await self._expire()
+                except PevError:
+                    log.exception("pev: expiring overdue tasks failed")
+
+
+class WatchedStore:
+    """What a store mixes in to keep one :class:`TaskWatch` per event loop that drives tasks."""
+
+    def __init__(self) -> None:
+        # A store may serve several event loops (threads of one process): one watch each.
+        self._watches: dict[asyncio.AbstractEventLoop, TaskWatch] = {}
+        self._watches_lock = threading.Lock()
+
+    def task_watch(self, make: Callable[[], TaskWatch]) -> TaskWatch:
+        """The watch of the running event loop, made with ``make`` if it has none."""
+        loop = asyncio.get_running_loop()
+        with self._watches_lock:
+            for other in [other for other in self._watches if other.is_closed()]:
+                del self._watches[other]  # a closed loop's watch has no follower left
+            watch = self._watches.get(loop)
+            if watch is None:
+                watch = self._watches[loop] = make()
+            return watch
+
+
+def watch_of(store: Store, make: Callable[[], TaskWatch]) -> TaskWatch:
+    """The store's shared watch for the running event loop; a store of your own gets its own."""
+    if isinstance(store, WatchedStore):
+        return store.task_watch(make)
+    return make()
