@@ -21,6 +21,7 @@ PURE_PREFIXES = (
     "pev._json",
     "pev._jcs",
     "pev._canonical",
+    "pev._native",
     "pev.codec",
     "pev.policy",
     "pev.model",
@@ -205,6 +206,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "pev._json",
             "pev._jcs",
             "pev._canonical",
+            "pev._native",
             "pev._imports",
             "pev._lazy",
             "pev.codec",
@@ -370,8 +372,8 @@ def _module_state_writes(name: str) -> list[str]:
 # The codec's dispatch table: the encoder of each class, filled the first time a value of that
 # class is met. It is keyed by class, so it holds one entry per class of the program (derived
 # constants of its types, as its functools.cache'd field tables are), and an entry never changes
-# once written. (The canonical text writers of pev._canonical keep such a table per form, in
-# the writer object.)
+# once written. (The canonical text writers of pev._canonical and pev._native keep such tables
+# per form, in the writer object.)
 PER_CLASS_TABLES = frozenset({"pev.codec:_ENCODERS"})
 
 

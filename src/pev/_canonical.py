@@ -1,16 +1,18 @@
-"""Canonical JSON text written straight from pev's typed values, in the two forms ledgers hold.
+"""Canonical JSON text written straight from pev's typed values, in Python: the long way.
 
-* :func:`pev_dumps` writes pev's own canonical JSON, the text of event schema 1: keys sorted by
+The two forms ledgers hold, each a :class:`TextWriter`:
+
+* :data:`PEV_LONG_WAY` writes pev's own canonical JSON, the text of event schema 1: keys sorted by
   code point, no spaces, UTF-8, floats as Python writes them (``1.0``, ``-0.0``, ``1e-07``).
-* :func:`jcs_dumps` writes RFC 8785 (JCS) canonical JSON (:mod:`pev._jcs`), the text of the
+* :data:`JCS_LONG_WAY` writes RFC 8785 (JCS) canonical JSON (:mod:`pev._jcs`), the text of the
   later schemas: any language can write it again from the parsed JSON, and so re-check a chain.
 
 Both mirror :func:`pev.codec.encode` type for type (a dataclass becomes an object of its fields,
 plus ``"kind"`` for a member of a tagged union; enums their values; tuples, lists and sets
-arrays, a set's items in the order of their texts; times ISO 8601 text in UTC; bytes base64),
-and write text as they go, without the intermediate dicts: every event the ledger seals goes
-through here. ``pev_dumps(x)`` is byte for byte ``canonical_json(encode(x))``, and
-``jcs_dumps(x)`` is the JCS text of ``encode(x)``.
+arrays, a set's items in the order of their texts; times ISO 8601 text in UTC; bytes base64).
+Each writes text as it goes, without intermediate dicts. Every event the ledger seals is written
+by :mod:`pev._native`'s ``pev_dumps`` and ``jcs_dumps``: through orjson wherever it writes the
+very same bytes, and by these writers wherever it would not.
 
 Values grow without changing history: a field added to a value after ledgers were written with
 it carries :data:`ADDED` in its metadata, and is written only when it differs from its default.
@@ -37,13 +39,14 @@ from pev.errors import CodecError
 
 __all__ = [
     "ADDED",
+    "JCS_LONG_WAY",
+    "PEV_LONG_WAY",
+    "TextWriter",
     "canonical_problem",
     "dataclass_fields",
     "encode_bytes",
     "encode_datetime",
     "is_added",
-    "jcs_dumps",
-    "pev_dumps",
     "tag_of",
 ]
 
@@ -186,7 +189,7 @@ def _set_writer(dumps: Writer) -> Writer:
     return write_set
 
 
-class _TextWriter:
+class TextWriter:
     """The writers of one canonical form, which differ in their numbers and order of keys.
 
     The writer of each class is found the first time a value of it is met and kept in the
@@ -200,9 +203,9 @@ class _TextWriter:
         write_float: Writer,
         key_order: Callable[[Iterable[str]], list[str]],
     ) -> None:
-        self._key_order = key_order
+        self._key_order = self.key_order = key_order
         self._write_int = write_int
-        self._write_float = write_float
+        self._write_float = self.write_float = write_float
         self._table: dict[type, Writer] = {}
         # Closures, not methods: every event sealed runs through these, and a closure's cells
         # are quicker to reach than an object's attributes.
@@ -326,26 +329,11 @@ class _TextWriter:
         return writer
 
 
-pev_dumps: Writer = _TextWriter(
-    write_int=int.__repr__, write_float=_write_pev_float, key_order=sorted
-).dumps
-"""pev's own canonical JSON text of a value (event schema 1): sorted keys, no spaces, UTF-8.
+PEV_LONG_WAY = TextWriter(write_int=int.__repr__, write_float=_write_pev_float, key_order=sorted)
+"""pev's own canonical JSON (event schema 1), written in Python: :mod:`pev._native`'s long way."""
 
-Raises:
-    CodecError: A value of a type JSON cannot hold, or a naive time.
-    ValueError: A NaN or infinite float.
-"""
-
-jcs_dumps: Writer = _TextWriter(
-    write_int=jcs_int, write_float=jcs_float, key_order=utf16_sorted
-).dumps
-"""The RFC 8785 (JCS) canonical JSON text of a value (event schemas 2 and 3).
-
-Raises:
-    CodecError: A value of a type JSON cannot hold, a naive time, or an integer beyond
-        ``±MAX_SAFE_INTEGER`` (pass such numbers as strings).
-    ValueError: A NaN or infinite float.
-"""
+JCS_LONG_WAY = TextWriter(write_int=jcs_int, write_float=jcs_float, key_order=utf16_sorted)
+"""RFC 8785 (JCS) canonical JSON, written in Python: :mod:`pev._native`'s long way."""
 
 
 def _refuse_constant(name: str) -> object:

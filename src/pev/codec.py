@@ -36,12 +36,11 @@ from pev._canonical import (
     encode_bytes,
     encode_datetime,
     is_added,
-    jcs_dumps,
-    pev_dumps,
     tag_of,
 )
 from pev._jcs import MAX_SAFE_INTEGER, jcs_loads
 from pev._json import JsonObject, JsonValue, canonical_json, freeze_json
+from pev._native import jcs_dumps, pev_dumps
 from pev.errors import CodecError, PevError
 
 __all__ = ["ADDED", "MAX_SAFE_INTEGER", "decode", "dumps", "dumps_jcs", "encode", "loads"]
@@ -131,9 +130,9 @@ def _dataclass_encoder(cls: type) -> Callable[[Any], object]:
 def dumps(value: object) -> str:
     """The canonical JSON text of a value in pev's own form: sorted keys, no spaces, UTF-8, no NaN.
 
-    It is exactly ``canonical_json(encode(value))``, written in one pass without the
-    intermediate dicts. It is the text of event schema 1 (floats as Python writes them: ``1.0``,
-    ``-0.0``, ``1e-07``); new ledger events are written with :func:`dumps_jcs`.
+    It is exactly ``canonical_json(encode(value))``, written without that detour. It is the text
+    of event schema 1 (floats as Python writes them: ``1.0``, ``-0.0``, ``1e-07``); new ledger
+    events are written with :func:`dumps_jcs`.
     """
     return pev_dumps(value)
 
