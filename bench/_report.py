@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import platform
 import sqlite3
 import sys
@@ -33,6 +34,32 @@ def command_text(script: str, argv: list[str]) -> str:
 def progress(message: str) -> None:
     """A line on stderr, so that stdout carries only the figures."""
     print(message, file=sys.stderr)
+
+
+QUICK_BANNER = "QUICK RUN (--quick): small sizes to check that the bench works; not for the docs"
+
+
+def bench_parser(doc: str | None, *, quick: bool = False) -> argparse.ArgumentParser:
+    """A bench's command line: `--write` (and `--quick` where the bench has a quick mode)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--write", type=Path, help="update the figures in this Markdown file")
+    if quick:
+        parser.add_argument(
+            "--quick",
+            action="store_true",
+            help="small sizes, to check that the bench works (its figures are not for the docs)",
+        )
+    return parser
+
+
+def parse_bench_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The parsed arguments; a quick run says so, and refuses to write its figures anywhere."""
+    args = parser.parse_args(argv)
+    if getattr(args, "quick", False):
+        if any(value for name, value in vars(args).items() if name in ("write", "readme")):
+            parser.error("--quick figures are not for the docs: drop --write and --readme")
+        print(QUICK_BANNER)
+    return args
 
 
 def write_section(path: Path, marker: str, body: str, *, heading: str = "") -> None:

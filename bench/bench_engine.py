@@ -1,333 +1,312 @@
-"""Engine benchmarks: what `pev.run` costs per node, beside raw asyncio and the disk's floor.
+"""Engine benchmarks: pev on SQLite beside the disk's floor; a node's time beside its primitives.
 
 Run with `make bench` (or `python bench/bench_engine.py [--write docs/benchmarks.md]`);
-`--profile` prints where the time of the in-memory chain goes instead (cProfile, by tottime).
+`--quick` runs small sizes to check the bench (its figures are not for the docs), and
+`--profile TOP` prints the whole dissection of the in-memory chain instead (the breakdown
+below, then cProfile's TOP functions, chosen steps, µs per node against plan size).
 
-Two 100-node plans of one no-op async query tool (`async def noop() -> None`):
+pev's overhead per node in memory, beside raw asyncio and LangGraph, is measured on all three
+shapes by `bench_langgraph.py`, the reference for those targets. This bench measures:
 
-* chain: each node `after` the one before, so the nodes run one at a time;
-* fan-out: 100 independent nodes, with `RecoveryPolicy(max_parallel=100)` so that all of them
-  are dispatched at once (the default of 8 would make it eight short chains).
+* On SQLite: the three 100-node shapes of `_common.shapes` (chain, fan-out, diamond) of one
+  no-op async query tool, verification `off`, each run on a fresh `SQLiteStore` file (opened
+  before the clock starts): the wall time of `await pev.run(...)` divided by the nodes. Beside
+  it the floor: raw `sqlite3` committing the very event rows the run wrote, grouped into
+  transactions as the run committed them (the entries of one append share their `at`; the
+  run's commits are counted in the file's write-ahead log, and each commit that wrote no event,
+  such as the task's lease, gets a one-row commit of its own), WAL and `synchronous=FULL`, in
+  the same folder and round, alternating which of the two goes first. Target (issue 14): the
+  chain at most 1.1x the floor per node, that is one raw durable commit per node.
+* Where a node's time goes: the primitives a node cannot do without, timed in the same run
+  (sha256 of a node event's canonical text, `orjson.dumps` of the same event's plain dict, one
+  asyncio task switch; a frozen dataclass built beside a plain class with slots), the floor
+  they make (two events, each a canonical text and its sha256, and one task switch), and
+  cProfile's own time of the in-memory chain grouped by where the code lives, as shares of a
+  node's time and the µs they stand for at the un-profiled µs per node of the same run; and,
+  since the profiler inflates code of many small calls more than the rest, the ledger's steps
+  (fold, seal, index row) timed directly on the chain's events.
 
-Verification is `off` (no verifier, no contract), so the figures are the loop's own bookkeeping:
-plan validation, one dispatch and one finish record per node folded and hash-chained into the
-ledger, the node's task, its timeout scope and context.
-
-* pev + `MemoryStore`: wall time of `await pev.run(...)` (task creation and plan included),
-  divided by the nodes. The baseline runs the very same coroutine function in the same event
-  loop the way pev does, one task per node: the chain awaits `create_task(noop())` one after
-  another; the fan-out gathers 100 tasks made with `create_task`. Ratio target: <= 4x.
-* pev + `SQLiteStore` (a fresh file per round): the same wall time, divided by the nodes, by
-  the events the run wrote (`len(await Ledger(store).entries(task_id))`) and by its
-  transactions (the entries of one append share one timestamp, and two appends cannot: each
-  takes far longer than the clock's microsecond). The floor is raw `sqlite3` committing the
-  rows of the same plan's events (those of an in-memory run of it), one transaction per row,
-  WAL and `synchronous=FULL`, as `bench_foundation.py` measures it. Per-event ratio target:
-  <= 1.5x.
-
-Every figure is the median of several rounds; each round measures every case in one event loop,
-alternating whether the floor or pev's SQLite run goes first.
+Every figure is the median of several rounds.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import cProfile
+import dataclasses
+import functools
 import gc
 import hashlib
 import io
-import itertools
 import pstats
 import statistics
 import timeit
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import pev
-from _common import raw_per_node, run_rounds, timed_run
-from _floor import raw_commit_floor
-from _report import machine_line, met, progress, write_section
+from _common import (
+    MEMORY_TARGET,
+    label,
+    memory_per_node,
+    pev_seconds,
+    plan_of,
+    policy_for,
+    raw_per_node,
+    run_rounds,
+    shapes,
+    timed_run,
+    widths,
+)
+from _floor import WalCount, appends, raw_transactions, wal_count
+from _profile import (
+    ASYNCIO,
+    SEALING_HASH,
+    SEALING_TEXT,
+    Shares,
+    profiled,
+    raw_stats,
+    shares_of,
+    shares_table,
+)
+from _report import (
+    bench_parser,
+    machine_line,
+    met,
+    parse_bench_args,
+    progress,
+    write_section,
+)
 from pev import codec
-from pev.ledger import LedgerEntry, apply, seal, summarize
-from pev.model import TaskId
+from pev.ledger import (
+    LedgerEntry,
+    NodeDispatched,
+    NodeFinished,
+    apply,
+    event_text,
+    seal,
+    summarize,
+)
+from pev.model import ExecutionRecord
 
-ROUNDS = 7
 NODES = 100
-MEMORY_RUNS = 5  # pev runs per case and round on MemoryStore
-RAW_RUNS = 50  # raw asyncio runs per case and round: each is only a few hundred µs
-PROFILE_RUNS = 30
-QUERY = pev.Effect.QUERY
+SQLITE_TARGET = 1.1  # issue 14: the SQLite chain at most 1.1x one raw durable commit per node
+SHAPES = shapes(NODES)
+LABELS = {case: label(case, shape) for case, shape in SHAPES.items()}
+PLANS = {case: plan_of(case, shape) for case, shape in SHAPES.items()}
+POLICY = policy_for(NODES)
+CHAIN_WIDTHS = widths(SHAPES["chain"])
 
 
-def _plans(nodes: int) -> dict[str, tuple[pev.Plan, pev.RecoveryPolicy]]:
-    chain = pev.Plan(
-        "chain",
-        tuple(
-            pev.PlanNode(f"n{i}", tool="noop", effect=QUERY, after=(f"n{i - 1}",) if i else ())
-            for i in range(nodes)
-        ),
-    )
-    fan_out = pev.Plan(
-        "fan-out", tuple(pev.PlanNode(f"n{i}", tool="noop", effect=QUERY) for i in range(nodes))
-    )
-    return {
-        "chain": (chain, pev.RecoveryPolicy(max_nodes=nodes)),
-        "fan-out": (fan_out, pev.RecoveryPolicy(max_nodes=nodes, max_parallel=nodes)),
-    }
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sizes:
+    """How much the bench measures."""
+
+    rounds: int  # SQLite rounds; also the un-profiled samples of the chain and raw asyncio
+    raw_runs: int  # raw asyncio runs of the chain per sample
+    memory_runs: int  # pev runs of the chain on MemoryStore per sample
+    profile_runs: int  # pev runs of the chain under cProfile
+    repeats: int  # timings of each primitive
 
 
-CASES = _plans(NODES)
-# The raw asyncio equivalent, level by level: the chain one node at a time, the fan-out at once.
-RAW_WIDTHS = {"chain": [1] * NODES, "fan-out": [NODES]}
+FULL = Sizes(rounds=7, raw_runs=50, memory_runs=5, profile_runs=20, repeats=7)
+QUICK = Sizes(rounds=2, raw_runs=10, memory_runs=2, profile_runs=3, repeats=3)
 
 
-async def _memory_per_node(case: str) -> tuple[float, tuple[LedgerEntry, ...]]:
-    """Seconds per node on `MemoryStore`, and the entries of one run (rows for the floor)."""
-    gc.collect()
-    total = 0.0
-    for _ in range(MEMORY_RUNS):
-        store = pev.MemoryStore()
-        seconds, task_id = await timed_run(*CASES[case], store)
-        total += seconds
-    return total / (MEMORY_RUNS * NODES), await pev.Ledger(store).entries(task_id)
+# -- on SQLite, beside the durable-commit floor ---------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class _SQLiteRun:
     seconds: float
-    events: int
-    transactions: int
+    entries: tuple[LedgerEntry, ...]
+    wal: WalCount | None  # what the run committed, from the WAL; None if the log restarted
+
+    @property
+    def bare_commits(self) -> int:
+        """Commits of the run that wrote no event (the lease): the WAL's count beyond appends."""
+        return 0 if self.wal is None else max(0, self.wal.commits - len(appends(self.entries)))
 
 
 async def _sqlite_run(case: str, path: Path) -> _SQLiteRun:
     store = pev.SQLiteStore(path)
     try:
+        before = wal_count(path)
         gc.collect()
-        seconds, task_id = await timed_run(*CASES[case], store)
+        seconds, task_id = await timed_run(PLANS[case], POLICY, store)
+        wal = wal_count(path).since(before)
         entries = await pev.Ledger(store).entries(task_id)
     finally:
         await store.close()
-    transactions = sum(1 for _ in itertools.groupby(entries, key=lambda e: e.at))
-    return _SQLiteRun(seconds, len(entries), transactions)
-
-
-# -- rounds ---------------------------------------------------------------------------------
+    return _SQLiteRun(seconds, entries, wal)
 
 
 @dataclass(slots=True)
-class _Samples:
-    raw: list[float] = field(default_factory=list)
-    memory: list[float] = field(default_factory=list)
-    sqlite: list[float] = field(default_factory=list)
-    events: list[int] = field(default_factory=list)
-    transactions: list[int] = field(default_factory=list)
+class _SQLiteSamples:
+    seconds: list[float] = field(default_factory=list)
     floor: list[float] = field(default_factory=list)
+    floor_wal: list[WalCount | None] = field(default_factory=list)
+    runs: list[_SQLiteRun] = field(default_factory=list)
 
 
-async def _round(folder: Path, round_: int, samples: dict[str, _Samples]) -> None:
+async def _sqlite_round(
+    last: dict[str, _SQLiteRun], folder: Path, round_: int, samples: dict[str, _SQLiteSamples]
+) -> None:
     for case, into in samples.items():
-        into.raw.append(await raw_per_node(RAW_WIDTHS[case], RAW_RUNS))
-        memory, entries = await _memory_per_node(case)
-        into.memory.append(memory)
-        # The floor commits the rows of an in-memory run of the same plan (same events).
-        if round_ % 2:
-            run = await _sqlite_run(case, folder / f"{case}.db")
-            into.floor.append(raw_commit_floor(folder / f"{case}-raw.db", entries))
-        else:
-            into.floor.append(raw_commit_floor(folder / f"{case}-raw.db", entries))
-            run = await _sqlite_run(case, folder / f"{case}.db")
-        into.sqlite.append(run.seconds)
-        into.events.append(run.events)
-        into.transactions.append(run.transactions)
-
-
-def bench() -> dict[str, _Samples]:
-    """Every case's samples, one per round (after one warm-up run of each)."""
-    return run_rounds(_round, lambda: {case: _Samples() for case in CASES}, ROUNDS)
-
-
-# -- report ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Figures:
-    raw_us: float
-    memory_us: float
-    sqlite_node_us: float
-    sqlite_event_us: float
-    sqlite_transaction_us: float
-    floor_us: float
-    events: int
-    transactions: int
-
-
-def _figures(s: _Samples) -> _Figures:
-    median = statistics.median
-    return _Figures(
-        raw_us=median(s.raw) * 1e6,
-        memory_us=median(s.memory) * 1e6,
-        sqlite_node_us=median(t / NODES for t in s.sqlite) * 1e6,
-        sqlite_event_us=median(t / n for t, n in zip(s.sqlite, s.events, strict=True)) * 1e6,
-        sqlite_transaction_us=median(t / n for t, n in zip(s.sqlite, s.transactions, strict=True))
-        * 1e6,
-        floor_us=median(s.floor) * 1e6,
-        events=round(median(s.events)),
-        transactions=round(median(s.transactions)),
-    )
-
-
-def _table(figures: dict[str, _Figures]) -> str:
-    label = {
-        "chain": f"chain ({NODES} nodes)",
-        "fan-out": f"fan-out ({NODES} nodes, max_parallel={NODES})",
-    }
-    lines = [
-        "| in memory | raw asyncio, µs/node | pev + MemoryStore, µs/node | ratio | target |",
-        "|---|---|---|---|---|",
-    ]
-    for case, f in figures.items():
-        ratio = f.memory_us / f.raw_us
-        lines.append(
-            f"| {label[case]} | {f.raw_us:.1f} | {f.memory_us:.0f} | {ratio:.0f}x | "
-            f"≤ 4x: {met(ratio <= 4)} |"
+        pev_file, raw_file = folder / f"{case}.db", folder / f"{case}-raw.db"
+        if round_ % 2:  # pev first: the floor commits this very run's rows
+            run = floor_of = await _sqlite_run(case, pev_file)
+        else:  # the floor first, with the rows of the case's run before (same plan, same commits)
+            floor_of = last[case]
+        floor, floor_wal = raw_transactions(
+            raw_file, appends(floor_of.entries), bare_commits=floor_of.bare_commits
         )
-    lines += [
-        "",
+        if not round_ % 2:
+            run = await _sqlite_run(case, pev_file)
+        last[case] = run
+        into.seconds.append(run.seconds)
+        into.floor.append(floor)
+        into.floor_wal.append(floor_wal)
+        into.runs.append(run)
+
+
+def bench_sqlite(sizes: Sizes) -> dict[str, _SQLiteSamples]:
+    """Every shape's samples on SQLite, one per round (after a warm-up round)."""
+    last: dict[str, _SQLiteRun] = {}  # the warm-up round, pev first, leaves one for each
+
+    def fresh() -> dict[str, _SQLiteSamples]:
+        return {case: _SQLiteSamples() for case in SHAPES}
+
+    return run_rounds(functools.partial(_sqlite_round, last), fresh, sizes.rounds)
+
+
+def _pages(wals: Sequence[WalCount | None]) -> str:
+    """Pages written per commit, the median over the runs whose log could be read."""
+    known = [wal.frames / wal.commits for wal in wals if wal is not None and wal.commits]
+    return f"{statistics.median(known):.1f}" if known else "?"
+
+
+def _sqlite_table(samples: dict[str, _SQLiteSamples]) -> str:
+    median = statistics.median
+    lines = [
         (
-            "| on SQLite | events / transactions | pev, µs/node | pev, µs/event | "
-            "pev, µs/transaction | raw durable commit, µs | per event | per transaction | target |"
+            "| on SQLite | events / appends / commits | pev + SQLiteStore, µs/node | floor: raw "
+            "sqlite3 committing the same transactions, µs/node | one raw commit, µs | pages a "
+            "commit, pev / floor | pev ÷ floor | per-round ratios | target |"
         ),
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for case, f in figures.items():
-        per_event = f.sqlite_event_us / f.floor_us
-        per_transaction = f.sqlite_transaction_us / f.floor_us
+    for case, s in samples.items():
+        pev_us, floor_us = median(s.seconds) / NODES * 1e6, median(s.floor) / NODES * 1e6
+        commit_us = median(
+            t / w.commits for t, w in zip(s.floor, s.floor_wal, strict=True) if w and w.commits
+        )
+        ratios = [t / f for t, f in zip(s.seconds, s.floor, strict=True)]
+        run = s.runs[-1]
+        commits = "?" if run.wal is None else str(run.wal.commits)
+        ratio = pev_us / floor_us
+        target = f"≤ {SQLITE_TARGET}x: {met(ratio <= SQLITE_TARGET)}" if case == "chain" else "—"
         lines.append(
-            f"| {label[case]} | {f.events} / {f.transactions} | {f.sqlite_node_us:.0f} | "
-            f"{f.sqlite_event_us:.0f} | {f.sqlite_transaction_us:.0f} | {f.floor_us:.0f} | "
-            f"{per_event:.2f}x | {per_transaction:.2f}x | per event ≤ 1.5x: "
-            f"{met(per_event <= 1.5)} |"
+            f"| {LABELS[case]} | {len(run.entries)} / {len(appends(run.entries))} / {commits} "
+            f"| {pev_us:.0f} | {floor_us:.0f} | {commit_us * 1e6:.0f} "
+            f"| {_pages([r.wal for r in s.runs])} / {_pages(s.floor_wal)} | {ratio:.2f}x "
+            f"| {min(ratios):.2f} to {max(ratios):.2f}x | {target} |"
         )
     return "\n".join(lines)
 
 
-def _write(path: Path, table: str) -> None:
-    body = (
-        f"{machine_line()}; medians of {ROUNDS} rounds ({MEMORY_RUNS} in-memory runs, "
-        f"{RAW_RUNS} raw asyncio runs, 1 SQLite run and its floor per case and round). "
-        "Command: `make bench` (`python bench/bench_engine.py --write docs/benchmarks.md`)."
-        f"\n\n{table}"
+# -- the primitives' floor ------------------------------------------------------------------
+
+
+class _PlainRecord:
+    """`ExecutionRecord`'s fields in a plain class with slots: no freezing, no dataclass."""
+
+    __slots__ = tuple(f.name for f in dataclasses.fields(ExecutionRecord))
+
+    def __init__(
+        self,
+        *,
+        id: object,  # noqa: A002 - the record's own field name
+        task_id: object,
+        revision: object,
+        node_id: object,
+        tool: object,
+        args_digest: object,
+        effect: object,
+        idempotency_key: object,
+        status: object,
+        created_at: object,
+        updated_at: object,
+        error: object,
+    ) -> None:
+        self.id = id
+        self.task_id = task_id
+        self.revision = revision
+        self.node_id = node_id
+        self.tool = tool
+        self.args_digest = args_digest
+        self.effect = effect
+        self.idempotency_key = idempotency_key
+        self.status = status
+        self.created_at = created_at
+        self.updated_at = updated_at
+        self.error = error
+
+
+@dataclass(frozen=True, slots=True)
+class _Primitives:
+    """µs per call of what a node cannot do without, timed on a chain run's node events."""
+
+    dumps_name: str  # what wrote the canonical text: orjson.dumps, or json.dumps without it
+    text_bytes: float  # a node event's canonical text, bytes on average
+    sha256_us: float
+    dumps_us: float
+    frozen_us: float  # an ExecutionRecord built: a frozen dataclass with slots
+    plain_us: float  # the same fields in a plain class with slots
+
+
+def _dumps_floor() -> tuple[str, Callable[[object], object]]:
+    """The quickest canonical JSON writer at hand for a plain dict (sorted keys, no spaces)."""
+    try:
+        import orjson
+    except ImportError:  # said in the figures
+        import json
+
+        writer = functools.partial(json.dumps, sort_keys=True, separators=(",", ":"))
+        return "json.dumps (orjson is not installed)", writer
+    return "orjson.dumps", functools.partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
+
+
+def _primitives(entries: Sequence[LedgerEntry], repeats: int) -> _Primitives:
+    nodes = [e for e in entries if isinstance(e.event, NodeDispatched | NodeFinished)]
+    texts = [event_text(e.event, e.schema).encode() for e in nodes]
+    plains = [codec.encode(e.event) for e in nodes]
+    dumps_name, dumps = _dumps_floor()
+    record = next(e.event.record for e in nodes if isinstance(e.event, NodeDispatched))
+    fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+
+    def us(step: Callable[[], object], calls: int, number: int) -> float:
+        return statistics.median(timeit.repeat(step, number=number, repeat=repeats)) / (
+            number * calls
+        )
+
+    return _Primitives(
+        dumps_name=dumps_name,
+        text_bytes=sum(map(len, texts)) / len(texts),
+        sha256_us=us(lambda: [hashlib.sha256(t).hexdigest() for t in texts], len(texts), 20) * 1e6,
+        dumps_us=us(lambda: [dumps(p) for p in plains], len(plains), 20) * 1e6,
+        frozen_us=us(lambda: ExecutionRecord(**fields), 1, 20_000) * 1e6,
+        plain_us=us(lambda: _PlainRecord(**fields), 1, 20_000) * 1e6,
     )
-    write_section(path, "engine", body, heading="## Engine: overhead per node")
 
 
-# -- profile --------------------------------------------------------------------------------
+def _ledger_steps(entries: Sequence[LedgerEntry], repeats: int) -> list[tuple[str, float]]:
+    """µs per node of the ledger's steps, timed without the profiler on a chain run's events.
 
-# Where a function's own time is counted, by where it lives ("file:function"); first match wins.
-# A builtin or generated function (isinstance, any, a dataclass __eq__) that matches none is
-# charged to its callers instead, in proportion to the time each spent in it.
-_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "hashing and codec",
-        (
-            "pev/codec.py",
-            "pev/_canonical.py",
-            "pev/_jcs.py",
-            "pev/_json.py",
-            "ledger/_chain.py",
-            "hashlib",
-            "hmac",
-            "json",
-        ),
-    ),
-    ("fold and state machine", ("ledger/_state.py", "ledger/_machine.py", "ledger/_summary.py")),
-    ("ledger queries (lineage_results, ...)", ("ledger/_queries.py",)),
-    ("ledger and store", ("ledger/_ledger.py", "ledger/_store.py", "pev/stores/")),
-    ("rails", ("pev/rails/",)),
-    ("engine: driver loop", ("engine/_driver.py",)),
-    ("engine: tools, planning, protocols", ("pev/engine/",)),
-    ("data model, kernel, policy", ("pev/model/", "pev/kernel/", "pev/policy.py")),
-    ("threads", ("threading.py", "concurrent/futures", "_thread")),
-    ("asyncio scheduling", ("asyncio/", "_asyncio", "selectors.py", "epoll", "contextvars")),
-    ("stdlib: dataclasses, uuid, datetime", ("dataclasses.py", "uuid.py", "datetime", "enum.py")),
-)
-_OTHER = "other"
-
-# Cumulative time of the steps worth knowing about; they nest, so the shares overlap.
-_STEPS: tuple[tuple[str, str, str], ...] = (
-    ("Ledger._write: fold + seal + summary + store", "ledger/_ledger.py", "_write"),
-    ("  apply: the fold", "ledger/_state.py", "apply"),
-    ("  seal: hash chain (canonical JSON, sha256)", "ledger/_chain.py", "seal"),
-    ("  summarize: the index row", "ledger/_summary.py", "summarize"),
-    ("  MemoryStore.append", "stores/_memory.py", "append"),
-    ("canonical texts (all callers)", "pev/_canonical.py", "dumps"),
-    ("Driver.write: write lock, ledger, rails", "engine/_driver.py", "write"),
-    ("Round._prepare: records, args, digests", "engine/_round.py", "_prepare"),
-    ("Round._finished + _wake: finish, wake dependents", "engine/_round.py", "_finished"),
-    ("Round._run_node: a node's task", "engine/_round.py", "_run_node"),
-    ("  ToolExecutor.execute", "engine/_tool_executor.py", "execute"),
-    ("Round._next_ended: the round's wait", "engine/_round.py", "_next_ended"),
-    ("review_plan: plan validation", "engine/_planning.py", "review_plan"),
-    ("lineage_results (all callers)", "ledger/_queries.py", "lineage_results"),
-    ("executed_ok", "ledger/_queries.py", "executed_ok"),
-    ("create_task", "asyncio/base_events.py", "create_task"),
-)
-
-_Func = tuple[str, int, str]
-# What pstats keeps per function: calls, primitive calls, own time, cumulative time, callers.
-_Row = tuple[int, int, float, float, dict[_Func, tuple[int, int, float, float]]]
-
-
-def _area(func: _Func) -> str:
-    filename, _, name = func
-    where = f"{filename}:{name}"
-    for area, needles in _AREAS:
-        if any(needle in where for needle in needles):
-            return area
-    return _OTHER
-
-
-def _areas(raw: dict[_Func, _Row]) -> dict[str, float]:
-    areas: dict[str, float] = {}
-
-    def charge(func: _Func, seconds: float, depth: int) -> None:
-        area = _area(func)
-        callers = raw[func][4] if func in raw else {}
-        if area == _OTHER and func[0] in ("~", "<string>") and callers and depth < 8:
-            spent = sum(row[2] for row in callers.values())
-            if spent > 0:
-                for caller, row in callers.items():
-                    charge(caller, seconds * row[2] / spent, depth + 1)
-                return
-        areas[area] = areas.get(area, 0.0) + seconds
-
-    for func, row in raw.items():
-        charge(func, row[2], 0)
-    return areas
-
-
-async def _scaling(sizes: Sequence[int], repeats: int) -> list[tuple[int, float, float]]:
-    """Median µs per node of the in-memory chain and fan-out at each plan size."""
-    out = []
-    for size in sizes:
-        cases = _plans(size)
-        medians = []
-        for case in ("chain", "fan-out"):
-            samples = [
-                (await timed_run(*cases[case], pev.MemoryStore()))[0] for _ in range(repeats)
-            ]
-            medians.append(statistics.median(samples) / size * 1e6)
-        out.append((size, medians[0], medians[1]))
-    return out
-
-
-_REPEATS = 15
-
-
-def _ledger_costs(entries: Sequence[LedgerEntry]) -> list[tuple[str, float]]:
-    """µs per event of the ledger's steps, timed directly (no profiler) on a chain's events."""
+    The profiler inflates code of many small calls more than the rest; these are the same steps
+    as the run takes them, timed directly.
+    """
     states: list[pev.TaskState] = []
     state = None
     for entry in entries:
@@ -336,7 +315,7 @@ def _ledger_costs(entries: Sequence[LedgerEntry]) -> list[tuple[str, float]]:
     texts = [codec.dumps_jcs(e.event) for e in entries]
     # Each repeat seals fresh copies of the events, as a run does (a run never seals one event
     # object twice).
-    copies = iter([[replace(e.event) for e in entries] for _ in range(_REPEATS)])
+    copies = iter([[dataclasses.replace(e.event) for e in entries] for _ in range(repeats)])
 
     def fold() -> None:
         folded = None
@@ -347,91 +326,242 @@ def _ledger_costs(entries: Sequence[LedgerEntry]) -> list[tuple[str, float]]:
         for e, event in zip(entries, next(copies), strict=True):
             seal(e.task_id, [event], after_seq=e.seq - 1, prev_hash=e.prev_hash, at=e.at)
 
+    at: datetime = entries[-1].at
     steps: list[tuple[str, Callable[[], object]]] = [
-        ("apply (the fold)", fold),
-        ("seal (header + codec.dumps_jcs + sha256)", seal_copies),
-        ("  codec.dumps_jcs(event)", lambda: [codec.dumps_jcs(e.event) for e in entries]),
+        ("the fold: `apply` of each event", fold),
+        ("sealing: `seal` of each event (its header, canonical text and sha256)", seal_copies),
         (
-            "  sha256 of the event's text",
-            lambda: [hashlib.sha256(t.encode()).digest() for t in texts],
+            "of which the event's canonical text, `codec.dumps_jcs`",
+            lambda: [codec.dumps_jcs(e.event) for e in entries],
         ),
-        ("summarize (index row)", lambda: [summarize(s, head_hash="0" * 64) for s in states]),
+        ("of which the time's text, `codec.dumps(at)`", lambda: [codec.dumps(at) for _ in entries]),
+        (
+            "of which sha256 of the event's text",
+            lambda: [hashlib.sha256(t.encode()).hexdigest() for t in texts],
+        ),
+        (
+            "the index row: `summarize` after each event",
+            lambda: [summarize(s, head_hash="0" * 64) for s in states],
+        ),
     ]
-    costs = []
-    for label, step in steps:
-        best = min(timeit.repeat(step, number=1, repeat=_REPEATS))
-        costs.append((label, best / len(entries) * 1e6))
-    return costs
+    return [
+        (name, statistics.median(timeit.repeat(step, number=1, repeat=repeats)) / NODES * 1e6)
+        for name, step in steps
+    ]
 
 
-def profile(top: int) -> str:
-    """The in-memory chain, dissected.
+# -- the dissection -------------------------------------------------------------------------
 
-    cProfile's top functions by own time, own time by area, cumulative time of chosen steps;
-    then, without the profiler (which inflates Python-heavy code several times): µs per node
-    against plan size (a growing figure is work proportional to the plan, done per node) and
-    the ledger's steps per event.
-    """
+
+@dataclass(frozen=True, slots=True)
+class _Dissection:
+    """A chain node's time in memory: the primitives, raw asyncio, pev, the profile's shares."""
+
+    primitives: _Primitives
+    switch_us: float  # raw asyncio per chain node: one task created and awaited
+    pev_us: float  # pev + MemoryStore per chain node, not profiled
+    shares: Shares
+    steps: list[tuple[str, float]]  # the ledger's steps without the profiler, µs per node
+    events: int  # the events of the chain run they were timed on
+
+    @property
+    def floors(self) -> dict[str, float]:
+        """µs per node of the floor, by the category that stands for each part of it."""
+        p = self.primitives
+        return {
+            SEALING_TEXT: 2 * p.dumps_us,
+            SEALING_HASH: 2 * p.sha256_us,
+            ASYNCIO: self.switch_us,
+        }
+
+    @property
+    def floor_us(self) -> float:
+        """The least one node needs: two events, each a canonical text and its sha256; a switch."""
+        return sum(self.floors.values())
+
+
+async def _chain_in_memory(sizes: Sizes) -> tuple[float, float, tuple[LedgerEntry, ...]]:
+    """Median seconds per chain node of raw asyncio and of pev in memory, and a run's entries."""
     store = pev.MemoryStore()
+    _, task_id = await timed_run(PLANS["chain"], POLICY, store)  # also the warm-up
+    await raw_per_node(CHAIN_WIDTHS, sizes.raw_runs)
+    raw, memory = [], []
+    run = functools.partial(pev_seconds, PLANS["chain"], POLICY)
+    for _ in range(sizes.rounds):
+        raw.append(await raw_per_node(CHAIN_WIDTHS, sizes.raw_runs))
+        memory.append(await memory_per_node(run, nodes=NODES, runs=sizes.memory_runs))
+    median = statistics.median
+    return median(raw), median(memory), await pev.Ledger(store).entries(task_id)
 
-    async def runs() -> TaskId:
-        task_ids = [(await timed_run(*CASES["chain"], store))[1] for _ in range(PROFILE_RUNS)]
-        return task_ids[-1]
 
-    asyncio.run(runs())  # warm-up, not profiled
-    profiler = cProfile.Profile()
-    profiler.enable()
-    task_id = asyncio.run(runs())
-    profiler.disable()
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out)
-    stats.sort_stats("tottime").print_stats(top)
-    raw: dict[_Func, _Row] = stats.stats  # type: ignore[attr-defined] # undocumented, stable
-    total = sum(row[2] for row in raw.values())
-    per_node = 1e6 / (PROFILE_RUNS * NODES)
-    out.write(
-        f"own time by area, builtins charged to their callers ({PROFILE_RUNS} runs of the "
-        f"{NODES}-node chain: {total:.3f} s under the profiler, {total * per_node:.0f} µs "
-        "per node):\n"
+def dissect(sizes: Sizes) -> tuple[_Dissection, pstats.Stats]:
+    """The chain node dissected, and the profile's stats."""
+    raw_s, pev_s, entries = asyncio.run(_chain_in_memory(sizes))
+
+    async def chain_runs() -> None:
+        for _ in range(sizes.profile_runs):
+            await timed_run(PLANS["chain"], POLICY, pev.MemoryStore())
+
+    stats = profiled(chain_runs)
+    dissection = _Dissection(
+        _primitives(entries, sizes.repeats),
+        raw_s * 1e6,
+        pev_s * 1e6,
+        shares_of(stats),
+        _ledger_steps(entries, sizes.repeats),
+        len(entries),
     )
-    for area, seconds in sorted(_areas(raw).items(), key=lambda item: -item[1]):
-        out.write(f"  {area:<42} {seconds / total:6.1%}  {seconds * per_node:6.1f} µs/node\n")
-    out.write("\ncumulative time of chosen steps (they nest: shares overlap):\n")
-    for label, file_part, name in _STEPS:
-        rows = [r for f, r in raw.items() if file_part in f[0] and f[2] == name]
+    return dissection, stats
+
+
+def _dissection_text(d: _Dissection, profile_runs: int) -> str:
+    p = d.primitives
+    lines = [
+        "| primitive, timed in this run | µs |",
+        "|---|---|",
+        (
+            f"| sha256 of a node event's canonical text ({p.text_bytes:.0f} bytes on average) "
+            f"| {p.sha256_us:.2f} |"
+        ),
+        f"| `{p.dumps_name}` of the same event's plain dict, keys sorted | {p.dumps_us:.2f} |",
+        (
+            "| one task switch: `await create_task(noop())` (raw asyncio per chain node) "
+            f"| {d.switch_us:.2f} |"
+        ),
+        f"| an `ExecutionRecord` built (frozen dataclass, slots, 12 fields) | {p.frozen_us:.2f} |",
+        f"| the same fields in a plain class with slots | {p.plain_us:.2f} |",
+        "",
+        (
+            f"The floor of a node, two events (each a canonical text and its sha256) and one task "
+            f"switch: **{d.floor_us:.1f} µs, {d.floor_us / d.switch_us:.1f}x raw asyncio**. pev + "
+            f"MemoryStore, not profiled, in the same run: {d.pev_us:.0f} µs per chain node, "
+            f"{d.pev_us / d.switch_us:.0f}x raw asyncio (target ≤ {MEMORY_TARGET:.0f}x: "
+            f"{MEMORY_TARGET * d.switch_us:.0f} µs)."
+        ),
+        "",
+        *shares_table(
+            d.shares,
+            title=f"where a chain node's time goes (cProfile's own time, {profile_runs} runs)",
+            unit="µs per node",
+            whole=d.pev_us,
+            floors=d.floors,
+        ),
+        "",
+        f"| the ledger's steps, timed without the profiler ({d.events} events) | µs per node |",
+        "|---|---|",
+        *(f"| {name} | {us:.1f} |" for name, us in d.steps),
+    ]
+    return "\n".join(lines)
+
+
+# -- the whole dissection (--profile) -------------------------------------------------------
+
+# Cumulative time of the steps worth knowing about; they nest, so the shares overlap.
+_STEPS: tuple[tuple[str, str, str], ...] = (
+    ("Ledger._write: fold + seal + summary + store", "ledger/_ledger.py", "_write"),
+    ("  apply: the fold", "ledger/_state.py", "apply"),
+    ("  seal: hash chain (canonical JSON, sha256)", "ledger/_chain.py", "seal"),
+    ("  summarize: the index row", "ledger/_summary.py", "summarize"),
+    ("  MemoryStore.append", "stores/_memory.py", "append"),
+    ("Driver.write: write lock, ledger, rails", "engine/_driver.py", "write"),
+    ("Round._prepare: records, args, digests", "engine/_round.py", "_prepare"),
+    ("Round._finished: finish, wake dependents", "engine/_round.py", "_finished"),
+    ("Round._run_node: a node's task", "engine/_round.py", "_run_node"),
+    ("  ToolExecutor.execute", "engine/_tool_executor.py", "execute"),
+    ("review_plan: plan validation", "engine/_planning.py", "review_plan"),
+    ("lineage_results (all callers)", "ledger/_queries.py", "lineage_results"),
+    ("create_task", "asyncio/base_events.py", "create_task"),
+)
+
+
+async def _scaling(sizes: Sequence[int], repeats: int) -> list[tuple[int, float, float]]:
+    """Median µs per node of the in-memory chain and fan-out at each plan size."""
+    out = []
+    policy = policy_for(max(sizes))
+    for size in sizes:
+        medians = []
+        for case in ("chain", "fan-out"):
+            plan = plan_of(case, shapes(size)[case])
+            samples = [await pev_seconds(plan, policy, pev.MemoryStore()) for _ in range(repeats)]
+            medians.append(statistics.median(samples) / size * 1e6)
+        out.append((size, medians[0], medians[1]))
+    return out
+
+
+def profile(top: int, sizes: Sizes) -> str:
+    """The in-memory chain, dissected in full.
+
+    What the bench writes (the primitives, the breakdown by category, the ledger's steps); then
+    cProfile's top functions by own time, the cumulative time of chosen steps, and, without the
+    profiler, µs per node against plan size (a growing figure is work proportional to the plan,
+    done per node).
+    """
+    dissection, stats = dissect(sizes)
+    out = io.StringIO()
+    out.write(_dissection_text(dissection, sizes.profile_runs) + "\n\n")
+    stats.stream = out  # type: ignore[attr-defined] # where print_stats writes
+    stats.sort_stats("tottime").print_stats(top)
+    raw = raw_stats(stats)
+    total = sum(row[2] for row in raw.values())
+    per_node = dissection.pev_us / total
+    out.write("cumulative time of chosen steps (they nest: shares overlap), scaled as above:\n")
+    for name, file_part, function in _STEPS:
+        rows = [r for f, r in raw.items() if file_part in f[0] and f[2] == function]
         seconds = sum(r[3] for r in rows)
         calls = sum(r[1] for r in rows)
         out.write(
-            f"  {label:<48} {seconds / total:6.1%}  {seconds * per_node:6.1f} µs/node"
-            f"  {calls / (PROFILE_RUNS * NODES):6.1f} calls/node\n"
+            f"  {name:<48} {seconds / total:6.1%}  {seconds * per_node:6.1f} µs/node"
+            f"  {calls / (sizes.profile_runs * NODES):6.1f} calls/node\n"
         )
     out.write("\nwithout the profiler: µs per node against plan size (in memory, median of 7)\n")
     out.write(f"  {'nodes':>6} {'chain':>8} {'fan-out':>8}\n")
     for size, chain_us, fan_us in asyncio.run(_scaling((10, 50, 100, 200, 400), 7)):
         out.write(f"  {size:>6} {chain_us:>8.1f} {fan_us:>8.1f}\n")
-    entries = asyncio.run(pev.Ledger(store).entries(task_id))
-    out.write(f"\nwithout the profiler: the ledger's steps, µs per event ({len(entries)} events)\n")
-    for label, us in _ledger_costs(entries):
-        out.write(f"  {label:<40} {us:6.1f}\n")
     return out.getvalue()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--write", type=Path, help="update the figures in this Markdown file")
-    parser.add_argument(
-        "--profile", type=int, metavar="TOP", help="profile the in-memory chain; show TOP rows"
+# -- report ---------------------------------------------------------------------------------
+
+
+def _write(path: Path, sizes: Sizes, sqlite: str, dissection: str) -> None:
+    command = "Command: `make bench` (`python bench/bench_engine.py --write docs/benchmarks.md`)."
+    body = (
+        f"{machine_line()}; medians of {sizes.rounds} rounds (1 SQLite run of each shape and "
+        f"its floor per round). {command}\n\n{sqlite}"
     )
-    args = parser.parse_args(argv)
+    write_section(path, "engine", body, heading="## Engine on SQLite: one durable commit per node")
+    body = (
+        f"{machine_line()}; primitives: medians of {sizes.repeats} timings; raw asyncio and pev: "
+        f"medians of {sizes.rounds} samples ({sizes.raw_runs} and {sizes.memory_runs} runs of "
+        f"the {NODES}-node chain each); cProfile over {sizes.profile_runs} runs. {command}\n\n"
+        f"{dissection}"
+    )
+    write_section(
+        path,
+        "engine-profile",
+        body,
+        heading="## Engine in memory: a node's time beside its primitives",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__, quick=True)
+    parser.add_argument(
+        "--profile", type=int, metavar="TOP", help="dissect the in-memory chain; show TOP rows"
+    )
+    args = parse_bench_args(parser, argv)
+    sizes = QUICK if args.quick else FULL
     if args.profile:
-        print(profile(args.profile))
+        print(profile(args.profile, sizes))
         return 0
-    progress(f"benchmarking the engine: {len(CASES)} cases x {ROUNDS} rounds ...")
-    figures = {case: _figures(s) for case, s in bench().items()}
-    table = _table(figures)
-    print(table)
+    progress(f"benchmarking the engine on SQLite: {len(SHAPES)} shapes x {sizes.rounds} rounds ...")
+    sqlite = _sqlite_table(bench_sqlite(sizes))
+    print(sqlite)
+    progress("dissecting a chain node in memory ...")
+    dissection = _dissection_text(dissect(sizes)[0], sizes.profile_runs)
+    print(f"\n{dissection}")
     if args.write:
-        _write(args.write, table)
+        _write(args.write, sizes, sqlite, dissection)
         progress(f"wrote {args.write}")
     return 0
 

@@ -128,7 +128,9 @@ async def test_the_graphs_run_every_node_once() -> None:
 
 
 @pytest.mark.usefixtures("bench")
-@pytest.mark.parametrize("case", ["asyncio", "memory", "memory-gc", "sqlite"])
+@pytest.mark.parametrize(
+    "case", ["asyncio", "memory", "memory-gc", "sqlite", "langgraph", "langgraph-sqlite"]
+)
 async def test_every_scale_case_finishes_its_tasks(case: str) -> None:
     """Each scale case runs its tasks to success, with every figure its report row needs."""
     scale = _module("bench_scale")
@@ -140,7 +142,9 @@ async def test_every_scale_case_finishes_its_tasks(case: str) -> None:
     assert figures["ok"] == figures["tasks"] == 20
     # A peak resident set never shrinks, so comparing it with the one before proves nothing;
     # the report's row does read every figure (memory included) the case measured.
-    assert f"| {scale.LABELS[case]} | 20 | 20 |" in scale.report([(case, figures)], "")
+    runs = scale._Runs(20, [figures])
+    text = scale.report({case: runs}, [], scale.QUICK, "`test`")
+    assert f"| {scale.CASES[case].label} | 20 | 20 |" in text
 
 
 @pytest.mark.usefixtures("bench")
