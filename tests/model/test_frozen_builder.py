@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from pev.ledger import LedgerEntry, TaskSummary
 from pev.model import Effect, ExecutionRecord, RecordId, RecordStatus, TaskId
 from pev.model._frozen import slot_builder
 
@@ -38,10 +39,12 @@ def test_a_pending_record_equals_the_one_init_builds() -> None:
         moved.status = RecordStatus.SUCCEEDED  # type: ignore[misc]
 
 
-def test_the_record_slots_are_its_fields_in_order() -> None:
-    """The builder sets slots in ``__slots__`` order: it must be the dataclass's field order."""
-    names = tuple(field.name for field in dataclasses.fields(ExecutionRecord))
-    assert ExecutionRecord.__slots__ == names
+@pytest.mark.parametrize("cls", [ExecutionRecord, LedgerEntry, TaskSummary])
+def test_slots_are_the_fields_in_order(cls: type) -> None:
+    """A builder sets slots in ``__slots__`` order: it must be the dataclass's field order."""
+    names = tuple(field.name for field in dataclasses.fields(cls))
+    assert cls.__slots__ == names  # type: ignore[attr-defined]
+    assert not hasattr(cls, "__post_init__")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from pev import codec
 from pev.errors import CodecError
 from pev.ledger._events import Event, EventSchema, LedgerEntry, RawEntry
 from pev.model import TaskId
+from pev.model._frozen import slot_builder
 
 __all__ = [
     "GENESIS_HASH",
@@ -31,6 +32,8 @@ __all__ = [
     "seal",
     "seal_of",
 ]
+
+_build_entry = slot_builder(LedgerEntry)
 
 GENESIS_HASH = "0" * 64
 """The ``prev_hash`` of a task's first event."""
@@ -158,17 +161,8 @@ def seal(
             ) from exc
         digest = sha256(data).hexdigest() if key is None else hmac.digest(key, data, "sha256").hex()
         texts.append((at_text, text))
-        entries.append(
-            LedgerEntry(
-                task_id=task_id,
-                seq=seq,
-                at=at,
-                schema=int(schema),
-                event=event,
-                prev_hash=prev_hash,
-                hash=digest,
-            )
-        )
+        # From its slots, in field order: every event a run writes is sealed here.
+        entries.append(_build_entry(task_id, seq, at, int(schema), event, prev_hash, digest))
         prev_hash = digest
     sealed = Sealed(entries)
     sealed.texts = tuple(texts)

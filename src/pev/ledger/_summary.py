@@ -10,6 +10,7 @@ from pev.ledger._events import TaskCreated
 from pev.ledger._phases import REPLAN_DEADLINE_PHASES, TaskPhase
 from pev.ledger._state import TaskState
 from pev.model import TaskId, canonical_json
+from pev.model._frozen import slot_builder
 
 __all__ = ["TaskSummary", "summarize", "task_title"]
 
@@ -61,18 +62,22 @@ def summarize(state: TaskState, *, head_hash: str, title: str | None = None) -> 
         raise ValueError("a task summary needs the times of stored entries, not bare events")
     waiting = state.phase in REPLAN_DEADLINE_PHASES
     finished = state.finished
-    return TaskSummary(
-        task_id=state.task_id,
-        phase=state.phase,
-        status=finished.status if finished else None,
-        reason=finished.reason if finished else None,
-        title=title if title is not None else task_title(state.created),
-        created_at=state.created_at,
-        updated_at=state.updated_at,
-        event_count=state.event_count,
-        head_hash=head_hash,
-        replan_deadline=state.replan_deadline if waiting else None,
+    # From its slots, in field order: every write makes one.
+    return _build_summary(
+        state.task_id,
+        state.phase,
+        finished.status if finished else None,
+        finished.reason if finished else None,
+        title if title is not None else task_title(state.created),
+        state.created_at,
+        state.updated_at,
+        state.event_count,
+        head_hash,
+        state.replan_deadline if waiting else None,
     )
+
+
+_build_summary = slot_builder(TaskSummary)
 
 
 def task_title(created: TaskCreated) -> str:
