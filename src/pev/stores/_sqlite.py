@@ -150,7 +150,12 @@ def _time_key(value: datetime) -> str:
 
 
 def _parse_time(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    """A time :func:`_time_key` wrote (``fromisoformat``: a fenced append reads one, and
+    ``strptime`` costs tens of times as much)."""
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is not UTC or not text.endswith("Z"):
+        raise ValueError(f"{text!r} is not a time as the ledger writes them")
+    return parsed
 
 
 class SQLiteStore(SQLiteLessons, WatchedStore):
