@@ -188,3 +188,42 @@ async def test_a_store_without_marks_is_watched_task_by_task() -> None:
     assert watch_of(plain, make) is not watch_of(plain, make)  # type: ignore[arg-type]
     assert watch_of(inner, make) is watch_of(inner, make)
     assert len(made) == 3
+
+
+class FlakyStore(MemoryStore):
+    """A memory store whose first look fails as a damaged index row would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    async def marks(self, task_ids: Sequence[str]) -> tuple[TaskMark, ...]:
+        """Fail the first look, then answer."""
+        if not self.failed:
+            self.failed = True
+            raise ValueError("'???' is not a valid TaskPhase")
+        return await super().marks(task_ids)
+
+
+async def test_a_failed_look_is_logged_and_the_watch_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A look that fails (any error) is logged; the next look still brings the cancel."""
+    store = FlakyStore()
+    started = asyncio.Event()
+    run = asyncio.create_task(
+        pev.run(
+            "slow",
+            planner=slow_plan(),
+            tools=[slow_tool(started, seconds=5)],
+            store=store,
+            task_id="t",
+        )
+    )
+    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.sleep(0.3)  # the first look has failed
+    await pev.cancel("t", store=store)
+    result = await asyncio.wait_for(run, 5)
+    assert result.status is TaskStatus.CANCELLED
+    assert store.failed
+    assert "watching 1 tasks failed" in caplog.text

@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from pev.errors import PevError
 from pev.ledger._lease import Lease
 from pev.ledger._phases import TERMINAL_PHASES, TaskPhase
 from pev.ledger._store import Store
@@ -153,11 +152,6 @@ class TaskWatch:
         self._followers: dict[str, list[Follower]] = {}
         self._looking: asyncio.Task[None] | None = None
 
-    @property
-    def following(self) -> int:
-        """How many followers the watch has now."""
-        return sum(len(followers) for followers in self._followers.values())
-
     @contextlib.asynccontextmanager
     async def follow(self, follower: Follower) -> AsyncIterator[Follower]:
         """While the block runs, tell ``follower`` of its task's cancel and lease changes."""
@@ -189,7 +183,9 @@ class TaskWatch:
             looks += 1
             try:
                 marks = await read_marks(self._store, tuple(self._followers))
-            except PevError:
+            except Exception:
+                # A store's failure (or a damaged index row) must not end the watch of every
+                # task: it is logged, and the next look tries again.
                 log.exception("pev: watching %d tasks failed", len(self._followers))
                 continue
             for mark in marks:
@@ -198,7 +194,7 @@ class TaskWatch:
             if self._expire is not None and looks % _EXPIRE_EVERY_POLLS == 0:
                 try:
                     await self._expire()
-                except PevError:
+                except Exception:
                     log.exception("pev: expiring overdue tasks failed")
 
 
