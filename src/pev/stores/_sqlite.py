@@ -150,8 +150,11 @@ def _time_key(value: datetime) -> str:
 
 
 def _parse_time(text: str) -> datetime:
-    """A time :func:`_time_key` wrote (``fromisoformat``: a fenced append reads one, and
-    ``strptime`` costs tens of times as much)."""
+    """A time :func:`_time_key` wrote.
+
+    Read with ``fromisoformat``: a fenced append reads one, and ``strptime`` costs tens of
+    times as much.
+    """
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is not UTC or not text.endswith("Z"):
         raise ValueError(f"{text!r} is not a time as the ledger writes them")
