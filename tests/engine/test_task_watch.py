@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 
 import pev
+from pev.engine import Tool
 from pev.errors import LeaseLost
 from pev.kernel import TaskStatus
 from pev.ledger import (
@@ -64,7 +65,7 @@ def slow_plan() -> ScriptedPlanner:
     return ScriptedPlanner(Plan("p", (PlanNode("slow", "be slow", tool="slow"),)))
 
 
-def slow_tool(started: asyncio.Event | None = None, *, seconds: float = 0.8) -> pev.Tool:
+def slow_tool(started: asyncio.Event | None = None, *, seconds: float = 0.8) -> Tool[..., object]:
     """A query that takes ``seconds`` (and says when it started)."""
 
     async def slow() -> str:
@@ -76,13 +77,31 @@ def slow_tool(started: asyncio.Event | None = None, *, seconds: float = 0.8) -> 
     return pev.tool(slow, effect="query")
 
 
+def slow_run(
+    store: MemoryStore,
+    task_id: str | None = None,
+    *,
+    started: asyncio.Event | None = None,
+    seconds: float = 0.8,
+    policy: RecoveryPolicy | None = None,
+) -> asyncio.Task[pev.RunResult]:
+    """A run of one ``slow`` node on ``store``, started as a task."""
+    return asyncio.create_task(
+        pev.run(
+            "slow",
+            planner=slow_plan(),
+            tools=[slow_tool(started, seconds=seconds)],
+            store=store,
+            task_id=task_id,
+            policy=policy,
+        )
+    )
+
+
 async def test_many_tasks_share_one_watch_that_reads_no_events() -> None:
     """Thirty tasks at once: one watch, each look one query for all of them, no event read."""
     store = CountingStore()
-    runs = [
-        asyncio.create_task(pev.run("slow", planner=slow_plan(), tools=[slow_tool()], store=store))
-        for _ in range(TASKS)
-    ]
+    runs = [slow_run(store) for _ in range(TASKS)]
     await asyncio.sleep(0.5)
     assert len(watches()) == 1
     results = await asyncio.gather(*runs)
@@ -98,14 +117,8 @@ async def test_a_cancel_reaches_only_its_task_among_many() -> None:
     store = MemoryStore()
     started = asyncio.Event()
     runs = [
-        asyncio.create_task(
-            pev.run(
-                "slow",
-                planner=slow_plan(),
-                tools=[slow_tool(started if n == 0 else None, seconds=1.5 if n == 0 else 0.8)],
-                store=store,
-                task_id=f"t{n}",
-            )
+        slow_run(
+            store, f"t{n}", started=started if n == 0 else None, seconds=1.5 if n == 0 else 0.8
         )
         for n in range(5)
     ]
@@ -120,16 +133,7 @@ async def test_a_takeover_is_seen_by_the_watch_long_before_the_heartbeat() -> No
     """A 60 s lease is renewed every 20 s; the watch sees a takeover within a look or two."""
     store = MemoryStore()
     started = asyncio.Event()
-    run = asyncio.create_task(
-        pev.run(
-            "slow",
-            planner=slow_plan(),
-            tools=[slow_tool(started, seconds=30)],
-            store=store,
-            task_id="t",
-            policy=RecoveryPolicy(lease_s=60),
-        )
-    )
+    run = slow_run(store, "t", started=started, seconds=30, policy=RecoveryPolicy(lease_s=60))
     await asyncio.wait_for(started.wait(), 5)
     # As if this driver had been paused past its lease: another takes the task over.
     taken = await store.acquire_lease(
@@ -211,15 +215,7 @@ async def test_a_failed_look_is_logged_and_the_watch_goes_on(
     """A look that fails (any error) is logged; the next look still brings the cancel."""
     store = FlakyStore()
     started = asyncio.Event()
-    run = asyncio.create_task(
-        pev.run(
-            "slow",
-            planner=slow_plan(),
-            tools=[slow_tool(started, seconds=5)],
-            store=store,
-            task_id="t",
-        )
-    )
+    run = slow_run(store, "t", started=started, seconds=5)
     await asyncio.wait_for(started.wait(), 5)
     await asyncio.sleep(0.3)  # the first look has failed
     await pev.cancel("t", store=store)
