@@ -140,26 +140,18 @@ def seal(
     schema = EventSchema.JCS_HMAC_SHA256 if key is not None else EventSchema.JCS_SHA256
     dumps = codec.dumps_jcs
     task_text, at_text = codec.dumps(task_id), codec.dumps(at)
-    # What header_line and seal_of write and hash, spelled out: every event a run writes is
-    # sealed here, and the parts of the header the batch shares are written once.
-    header_start = f"[{task_text},"
-    header_middle = f",{at_text},{int.__repr__(schema)},"
-    sha256 = hashlib.sha256
     texts: list[tuple[str, str]] = []
     entries: list[LedgerEntry] = []
     for seq, event in enumerate(events, start=after_seq + 1):
         text = dumps(event)
+        header = header_line(task_text, seq, at_text, schema, prev_hash)
         try:
-            data = (
-                f"{header_start}{int.__repr__(seq)}{header_middle}{encode_basestring(prev_hash)}]"
-                f"\n{text}"
-            ).encode()
+            digest = seal_of(header, text, keyed=key is not None, key=key)
         except UnicodeEncodeError as exc:
             raise CodecError(
                 f"event {seq} of task {task_id} holds text that is not valid Unicode "
                 f"({exc.reason}); no ledger can store it"
             ) from exc
-        digest = sha256(data).hexdigest() if key is None else hmac.digest(key, data, "sha256").hex()
         texts.append((at_text, text))
         # From its slots, in field order: every event a run writes is sealed here.
         entries.append(_build_entry(task_id, seq, at, int(schema), event, prev_hash, digest))
