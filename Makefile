@@ -58,6 +58,7 @@ bench: $(BENCH_STAMP)  ## Kernel, ledger, engine, LangGraph, fault-suite and sca
 	$(BIN)/python bench/bench_scale.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_workers.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_ray.py --write docs/benchmarks.md
+	$(BIN)/python bench/bench_watch.py --write docs/benchmarks.md
 
 clean:  ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage coverage.xml

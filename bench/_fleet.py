@@ -35,7 +35,9 @@ STOP_TIMEOUT_S = 15.0  # an idle worker drains and exits well within this, else 
 UNFINISHED = tuple(phase for phase in TaskPhase if phase not in TERMINAL_PHASES)
 
 _STARTED = re.compile(r"worker (\S+) started")
-_STOPPED = re.compile(r"(\d+) claimed, (\d+) ended, (\d+) drained, (\d+) failed")
+_STOPPED = re.compile(
+    r"(\d+) claimed, (\d+) ended, (\d+) drained, (?:\d+ awaiting approval, )?(\d+) failed"
+)
 
 
 class FleetError(RuntimeError):

@@ -208,3 +208,19 @@ def test_the_ray_workloads_run_on_their_own_cluster() -> None:
     ):
         assert row in done.stdout, done.stdout
     assert "Not as described" not in done.stdout
+
+
+@pytest.mark.usefixtures("bench")
+async def test_the_watch_latency_bench_sees_every_append() -> None:
+    """`bench_watch.py` measures each watcher on every append, on SQLite (PostgreSQL where up)."""
+    watch = _module("bench_watch")
+    figures, skipped = await watch.run(rounds=1, appends=5)
+    assert set(figures["SQLite"]) == {
+        "the append itself",
+        "watcher, same store",
+        "watcher, other store",
+    }
+    assert all(median > 0 for median, _ in figures["SQLite"].values())
+    if skipped is None:
+        assert "PostgreSQL" in figures
+    assert "| SQLite | watcher, other store |" in watch.report(figures, skipped)

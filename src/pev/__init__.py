@@ -29,12 +29,17 @@ from pev.engine import (
     Agent,
     RunResult,
     Secret,
+    TaskHandle,
+    approve,
     cancel,
+    reject,
     resume,
     run,
     run_sync,
+    start,
     submit,
     tool,
+    watch,
     worker,
 )
 from pev.errors import (
@@ -88,7 +93,7 @@ from pev.model import (
     VerifierFailure,
     validate_plan,
 )
-from pev.policy import RecoveryPolicy
+from pev.policy import Approval, RecoveryPolicy
 from pev.stores import MemoryStore, SQLiteStore, Store, open_store
 
 if TYPE_CHECKING:
@@ -106,6 +111,7 @@ logging.getLogger("pev").addHandler(logging.NullHandler())
 __all__ = [
     "AcceptPartial",
     "Agent",
+    "Approval",
     "Budget",
     "CodecError",
     "ComponentError",
@@ -144,6 +150,7 @@ __all__ = [
     "Store",
     "StoreError",
     "Success",
+    "TaskHandle",
     "TaskPhase",
     "TaskState",
     "TaskStatus",
@@ -156,18 +163,22 @@ __all__ = [
     "VerificationMode",
     "VerifierFailure",
     "__version__",
+    "approve",
     "cancel",
     "decide",
     "diagnose",
     "open_store",
+    "reject",
     "replay",
     "resume",
     "run",
     "run_sync",
+    "start",
     "submit",
     "to_replan_action",
     "tool",
     "validate_plan",
+    "watch",
     "worker",
 ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from pev._json import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -14,7 +15,7 @@ from pev._json import (
 from pev.codec import ADDED
 from pev.errors import PolicyError
 
-__all__ = ["MAX_TIMEOUT_S", "RecoveryPolicy"]
+__all__ = ["MAX_TIMEOUT_S", "Approval", "RecoveryPolicy"]
 
 MAX_TIMEOUT_S = 365 * 24 * 3600.0
 """The longest timeout or lease a policy may set: a year, in seconds."""
@@ -36,7 +37,22 @@ _SECONDS: dict[str, bool] = {
     "verify_timeout_s": True,
     "task_timeout_s": True,
     "lease_s": False,
+    "approval_timeout_s": True,
 }
+
+
+class Approval(StrEnum):
+    """Which revisions wait for a person's approval before anything of them is dispatched.
+
+    Attributes:
+        NEVER: None: revisions are dispatched as soon as they start.
+        ACTIONS: A revision that would dispatch an ``action`` (a query-only one runs at once).
+        ALWAYS: Every revision.
+    """
+
+    NEVER = "never"
+    ACTIONS = "actions"
+    ALWAYS = "always"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +79,10 @@ class RecoveryPolicy:
             an observation's payload) may nest: arrays and objects within one another, at
             most 256.
         max_value_bytes: How large such a value may be, in bytes of its JSON text.
+        approval: Which revisions wait for a person's approval (:class:`Approval`, or its
+            value: ``"never"``, ``"actions"``, ``"always"``); see docs/control.md.
+        approval_timeout_s: How long a revision may wait for approval before the task ends
+            ``failed``/``approval_expired``; ``None`` waits for ever.
 
     Raises:
         PolicyError: A field out of range (a ``UsageError`` and a ``ValueError``), naming it.
@@ -81,8 +101,19 @@ class RecoveryPolicy:
     lease_s: float = field(default=30.0, metadata=ADDED)
     max_value_depth: int = field(default=DEFAULT_MAX_VALUE_DEPTH, metadata=ADDED)
     max_value_bytes: int = field(default=DEFAULT_MAX_VALUE_BYTES, metadata=ADDED)
+    approval: Approval = field(default=Approval.NEVER, metadata=ADDED)
+    approval_timeout_s: float | None = field(default=None, metadata=ADDED)
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "approval", Approval(self.approval))
+        except (ValueError, TypeError):
+            choices = ", ".join(repr(str(choice)) for choice in Approval)
+            raise PolicyError(
+                f"RecoveryPolicy.approval must be one of {choices}, got {_shown(self.approval)}",
+                field="approval",
+                value=self.approval,
+            ) from None
         for name, (least, most) in _WHOLE_NUMBERS.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:

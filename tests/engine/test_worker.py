@@ -297,7 +297,7 @@ def test_pev_worker_drives_submitted_tasks_and_stops_on_sigterm(
         _, err = serving.communicate(timeout=30)
     assert serving.returncode == 0, err
     assert "claimed task" in err
-    assert "2 claimed, 2 ended, 0 drained, 0 failed" in err
+    assert "2 claimed, 2 ended, 0 drained, 0 awaiting approval, 0 failed" in err
     # The command owns its process, so it tunes the collector for many tasks (docs/performance.md).
     assert "garbage collector thresholds 100000, 50, 100" in err
     assert len(sales(shop)) == 2
@@ -417,7 +417,7 @@ def test_a_paused_worker_taken_over_writes_and_dispatches_nothing_more(
                 worker.wait(timeout=30)
     log = _log(tmp_path, "zombie")
     assert zombie.returncode == 0, log  # the worker outlives the drive it lost
-    assert "1 claimed, 0 ended, 0 drained, 1 failed" in log
+    assert "1 claimed, 0 ended, 0 drained, 0 awaiting approval, 1 failed" in log
     assert _in_store(db, lambda store: store.read(task_id)) == events  # not one event more
     assert len(sales(shop)) == 1
     assert [d.epoch for d in taken_over.drivers] == [1, 2]

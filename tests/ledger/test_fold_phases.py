@@ -96,6 +96,15 @@ TABLE = {
         EVENTS["cancel_requested"], ACTIVE - {TaskPhase.CANCELLING}, TaskPhase.CANCELLING
     ),
     "driver_started": Row(EVENTS["driver_started"], ACTIVE),
+    "approval_requested": Row(
+        EVENTS["approval_requested"], frozenset({TaskPhase.EXECUTING}), TaskPhase.AWAITING_APPROVAL
+    ),
+    "approved": Row(
+        EVENTS["approved"], frozenset({TaskPhase.AWAITING_APPROVAL}), TaskPhase.EXECUTING
+    ),
+    "rejected": Row(
+        EVENTS["rejected"], frozenset({TaskPhase.AWAITING_APPROVAL}), TaskPhase.PLANNING
+    ),
     "task_finished": Row(EVENTS["task_finished"], ACTIVE, TaskPhase.FAILED),
 }
 

@@ -1,7 +1,9 @@
 """Real ledgers for the rail tests: tasks written event by event, emitted the way the engine does.
 
 ``Tasks`` writes through a real :class:`~pev.ledger.Ledger`; each ``append`` can hand the entries
-it just wrote to a :class:`~pev.rails.RailBus`, as the engine does after every append.
+it just wrote to a :class:`~pev.rails.RailBus`, as the engine does after every append. The whole
+tasks it writes (``simple``, ``everything``) end, as a drive does, by draining the bus, so that
+the rails have seen everything by the time they return.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from tests.support import builders
 
 from pev.kernel import Finish, GlobalReplan, TaskStatus, TerminalReason, diagnose
 from pev.ledger import (
+    ApprovalRequested,
+    Approved,
+    AwaitingReplan,
     CaptureFailed,
     Diagnosed,
     DriverStarted,
@@ -26,6 +31,7 @@ from pev.ledger import (
     NodeProgressed,
     NodeSkipped,
     RecordReconciled,
+    Rejected,
     RevisionKind,
     RoundExecuted,
     TaskState,
@@ -98,6 +104,11 @@ class Tasks:
     async def entries(self, task_id: str) -> tuple[LedgerEntry, ...]:
         return await self.ledger.entries(task_id)
 
+    async def drain(self) -> None:
+        """Wait for the bus's rails to see what was emitted, as the engine does after a drive."""
+        if self.bus is not None:
+            await self.bus.drain()
+
     async def _emit(self, task_id: str, count: int, state: TaskState) -> None:
         if self.bus is not None:
             written = (await self.ledger.entries(task_id))[-count:]
@@ -153,7 +164,9 @@ class Tasks:
             judged = [VerdictRecorded(revision=1, verdict=verdict, reliability=Reliability.OK)]
             decision = Finish(TaskStatus.SUCCEEDED, TerminalReason.PASSED)
         state = await self.append(task_id, judged)
-        return await self.append(task_id, dispatch(state, decision, now=self.clock()))
+        state = await self.append(task_id, dispatch(state, decision, now=self.clock()))
+        await self.drain()
+        return state
 
     async def everything(self, task_id: str) -> TaskState:
         """A task whose ledger holds every kind of event there is."""
@@ -166,6 +179,8 @@ class Tasks:
         pour = PlanNode("pour", "pour water", tool="can", args={"litres": 1})
         look = PlanNode("look", "look at the soil", tool="camera", after=("pour",))
         state = await self.revision(task_id, Plan("water the plants", (pour, look)))
+        await self.append(task_id, [ApprovalRequested(revision=1, actions=("pour",))])
+        state = await self.append(task_id, [Approved(revision=1, by="ada", note="go")])
         record = self.record(state, pour)
         await self.append(task_id, [NodeDispatched(record=record)])
         lost = DeviceFailure("pour", "no answer", is_timeout=True, outcome_unknown=True)
@@ -203,7 +218,20 @@ class Tasks:
         state = await self.append(
             task_id, dispatch(state, GlobalReplan("look again"), now=self.clock())
         )
-        return await self.append(task_id, request_cancel(state, reason="enough"))
+        state = await self.append(task_id, begin_replan(state, now=self.clock()))
+        state = await self.revision(task_id, Plan("water the plants", (pour,)), number=2)
+        await self.append(task_id, [ApprovalRequested(revision=2, actions=("pour",))])
+        deadline = self.clock() + timedelta(seconds=60)
+        state = await self.append(
+            task_id,
+            [
+                Rejected(revision=2, by="ada", reason="not again"),
+                AwaitingReplan(action=None, deadline=deadline),
+            ],
+        )
+        state = await self.append(task_id, request_cancel(state, reason="enough"))
+        await self.drain()
+        return state
 
 
 @pytest.fixture

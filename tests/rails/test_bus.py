@@ -20,6 +20,7 @@ from pev.ledger import (
     LedgerEntry,
     RoundExecuted,
     TaskFinished,
+    TaskState,
     VerdictRecorded,
     begin_replan,
     dispatch,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not i
 
 KIND_PHASES = [
     ("task_created", ["task_started"]),
-    ("plan_rejected", []),
+    ("plan_rejected", ["plan_rejected"]),
     ("awaiting_replan", []),
     ("replan_started", []),
     ("revision_started", ["planned", "revision_started"]),
@@ -58,6 +59,9 @@ KIND_PHASES = [
     ("dispatched", ["dispatched"]),
     ("cancel_requested", []),
     ("driver_started", []),
+    ("approval_requested", ["approval_requested"]),
+    ("approved", ["approved"]),
+    ("rejected", ["rejected"]),
     ("task_finished", ["task_finished"]),
 ]
 
@@ -71,6 +75,12 @@ class RailBrokeError(Exception):
 
 class Stop(BaseException):
     """Stands for KeyboardInterrupt and friends, which must not be swallowed."""
+
+
+async def _deliver(bus: RailBus, entries: Sequence[LedgerEntry], state: TaskState) -> None:
+    """Emit ``entries`` as the engine does after an append, then drain as it does at the end."""
+    await bus.emit(entries, state)
+    await bus.drain()
 
 
 async def _everything(tasks: Tasks, recorder: Recorder) -> None:
@@ -137,7 +147,7 @@ async def test_event_carries_entry_contract_plan_tools_record(
     started, *_ = recorder.events
     assert (started.plan, dict(started.tools), started.record) == (None, {}, None)
     node_started = next(e for e in recorder.events if e.phase is RailPhase.NODE_STARTED)
-    assert node_started.plan == state.plan
+    assert node_started.plan == state.revisions[0].plan
     assert dict(node_started.tools) == {"pour": "can", "look": "camera"}
     assert node_started.record is not None
     assert node_started.record.node_id == "pour"
@@ -167,7 +177,7 @@ async def test_plan_is_the_one_in_force_at_each_entry(tasks: Tasks, recorder: Re
     await tasks.revision("t", second, number=2)
     state = await tasks.run_node("t", POUR, Success(1))
 
-    await RailBus([recorder]).emit(await tasks.entries("t"), state)
+    await _deliver(RailBus([recorder]), await tasks.entries("t"), state)
 
     plans = [(str(e.phase), e.plan) for e in recorder.events]
     assert plans[0] == ("task_started", None)
@@ -212,8 +222,8 @@ async def test_vandal_rail_changes_nothing_for_others(
     before = codec.dumps([entries, state.contract, state.plan, list(state.records.values())])
 
     alone, beside = new_recorder(), new_recorder()
-    await RailBus([alone]).emit(entries, state)
-    await RailBus([_vandalise, beside, _vandalise]).emit(entries, state)
+    await _deliver(RailBus([alone]), entries, state)
+    await _deliver(RailBus([_vandalise, beside, _vandalise]), entries, state)
 
     assert codec.dumps([entries, state.contract, state.plan, list(state.records.values())]) == (
         before
@@ -228,7 +238,7 @@ async def test_each_rail_gets_its_own_objects(
     await tasks.simple("t", {POUR: Success(1)})
     entries, state = await tasks.entries("t"), await tasks.ledger.state("t")
     one, two = new_recorder(), new_recorder()
-    await RailBus([one, two]).emit(entries, state)
+    await _deliver(RailBus([one, two]), entries, state)
     for a, b in zip(one.events, two.events, strict=True):
         assert a == b
         assert a is not b
@@ -252,7 +262,7 @@ async def test_raising_rail_is_counted_and_logged(
     entries, state = await tasks.entries("t"), await tasks.ledger.state("t")
     bus = RailBus([broken, recorder])
     with caplog.at_level(logging.ERROR, logger="pev.rails"):
-        await bus.emit(entries, state)
+        await _deliver(bus, entries, state)
 
     assert len(recorder.events) == 9
     name = broken.__qualname__
@@ -266,19 +276,47 @@ async def test_raising_rail_is_counted_and_logged(
     assert caplog.records[0].pev == {"rail": name, "phase": "task_started", "task": "t"}
 
 
-async def test_base_exception_propagates(tasks: Tasks) -> None:
-    """What is not an Exception (KeyboardInterrupt, SystemExit, ...) is not swallowed."""
+@pytest.mark.parametrize("interrupt", [Stop, KeyboardInterrupt, SystemExit])
+async def test_base_exception_propagates(tasks: Tasks, interrupt: type[BaseException]) -> None:
+    """What is not an Exception (KeyboardInterrupt, SystemExit, ...) is not swallowed.
+
+    It comes out of drain, in the caller's task: out of the rail's own task, it would stop the
+    event loop.
+    """
+
+    def interrupted(event: RailEvent) -> None:
+        raise interrupt
+
+    state = await tasks.create("t")
+    bus = RailBus([interrupted])
+    await bus.emit(await tasks.entries("t"), state)
+    with pytest.raises(interrupt):
+        await bus.drain()
+    await bus.drain()  # raised once, and the bus is stopped
+    assert (bus.failure_count, bus.dropped_count) == (0, 0)
+
+
+async def test_base_exception_surfaces_at_the_next_emit(tasks: Tasks, recorder: Recorder) -> None:
+    """A rail's BaseException reaches the engine's next emit, as it reached the emit before."""
 
     def interrupted(event: RailEvent) -> None:
         raise Stop
 
     state = await tasks.create("t")
+    entries = await tasks.entries("t")
+    bus = RailBus([interrupted, recorder])
+    await bus.emit(entries, state)
+    await asyncio.sleep(0.01)  # the rails' tasks run
     with pytest.raises(Stop):
-        await RailBus([interrupted]).emit(await tasks.entries("t"), state)
+        await bus.emit(entries, state)
+    await bus.emit(entries, state)
+    await bus.drain()
+    assert recorder.phases == ["task_started", "task_started"]
+    assert bus.dropped == {interrupted.__qualname__: 1}
 
 
 async def test_async_rail_is_awaited(tasks: Tasks) -> None:
-    """An async on_event is awaited, in order, before emit returns."""
+    """An async on_event is awaited, in order, before drain returns."""
     seen: list[str] = []
 
     class Slow:
@@ -288,7 +326,7 @@ async def test_async_rail_is_awaited(tasks: Tasks) -> None:
 
     await tasks.simple("t", {POUR: Success(1)})
     entries, state = await tasks.entries("t"), await tasks.ledger.state("t")
-    await RailBus([Slow()]).emit(entries, state)
+    await _deliver(RailBus([Slow()]), entries, state)
     assert seen[:3] == ["task_started", "planned", "revision_started"]
     assert len(seen) == 9
 
@@ -305,6 +343,7 @@ async def test_overlapping_emits_take_turns(tasks: Tasks) -> None:
     entries = await tasks.entries("t")
     bus = RailBus([yielding])
     await asyncio.gather(bus.emit(entries[:5], state), bus.emit(entries[5:], state))
+    await bus.drain()
     assert seen == sorted(seen)
     assert len(seen) == 11
 
@@ -315,8 +354,9 @@ def test_bus_serves_one_loop_after_another(tasks: Tasks, recorder: Recorder) -> 
     state = asyncio.run(tasks.create("t"))
     entries = asyncio.run(tasks.entries("t"))
     for _ in range(2):
-        asyncio.run(bus.emit(entries, state))
+        asyncio.run(_deliver(bus, entries, state))
     assert recorder.phases == ["task_started", "task_started"]
+    assert bus.dropped_count == 0
 
 
 async def test_async_rail_past_timeout_is_a_failure(
@@ -336,7 +376,7 @@ async def test_async_rail_past_timeout_is_a_failure(
     bus = RailBus([stuck, recorder], timeout_s=0.01)
     began = time.monotonic()
     with caplog.at_level(logging.ERROR, logger="pev.rails"):
-        await bus.emit(await tasks.entries("t"), state)
+        await _deliver(bus, await tasks.entries("t"), state)
 
     assert time.monotonic() - began < 1
     assert cancelled == [True]
@@ -359,7 +399,7 @@ async def test_timeout_error_raised_by_rail_is_a_plain_failure(
     state = await tasks.create("t")
     bus = RailBus([gives_up])
     with caplog.at_level(logging.ERROR, logger="pev.rails"):
-        await bus.emit(await tasks.entries("t"), state)
+        await _deliver(bus, await tasks.entries("t"), state)
     assert bus.failure_count == 1
     assert "raised at phase task_started" in caplog.records[0].getMessage()
 
@@ -392,8 +432,10 @@ async def test_callables_and_objects_are_rails(tasks: Tasks) -> None:
     rails = [function, lambda event: seen.append("lambda"), coroutine_function]
     bus = RailBus([*rails, CallableObject(), WithOnEvent()])
     state = await tasks.create("t")
-    await bus.emit(await tasks.entries("t"), state)
-    assert seen == ["function", "lambda", "coroutine function", "callable object", "on_event"]
+    await _deliver(bus, await tasks.entries("t"), state)
+    assert sorted(seen) == sorted(
+        ["function", "lambda", "coroutine function", "callable object", "on_event"]
+    )
     assert bus.failure_count == 0
     assert isinstance(WithOnEvent(), Rail)
 
@@ -410,7 +452,7 @@ async def test_rail_names_count_failures(tasks: Tasks) -> None:
 
     state = await tasks.create("t")
     bus = RailBus([Broken(), Named(), Broken()])
-    await bus.emit(await tasks.entries("t"), state)
+    await _deliver(bus, await tasks.entries("t"), state)
     assert bus.failures == {Broken.__qualname__: 2, "my-rail": 1}
 
 
@@ -457,7 +499,7 @@ async def test_entry_that_cannot_be_copied_counts_for_every_rail(
     broken = dataclasses.replace(entry, event=dataclasses.replace(entry.event, input=object()))
     bus = RailBus([recorder])
     with caplog.at_level(logging.ERROR, logger="pev.rails"):
-        await bus.emit([broken], state)
+        await _deliver(bus, [broken], state)
     assert recorder.events == []
     assert bus.failures == {"Recorder": 1}
     assert "could not be copied" in caplog.records[0].getMessage()
@@ -477,6 +519,7 @@ async def test_views_of_unfinished_tasks_are_bounded(tasks: Tasks, recorder: Rec
     tasks.bus = bus
     for number in range(130):
         await tasks.create(f"t{number}")
+    await bus.drain()
     (slot,) = bus._slots  # private: checking for a leak
     assert len(slot.views) == 128
     assert "t0" not in slot.views

@@ -60,6 +60,7 @@ async def test_nothing_before_the_task_finishes(tasks: Tasks) -> None:
     rail = CriteriaVerificationRail({"damp": "damp"})
     tasks.bus = RailBus([rail])
     await tasks.create("t")
+    await tasks.drain()
     assert (rail.reports, rail.last) == ({}, None)
 
 

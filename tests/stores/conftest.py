@@ -22,6 +22,7 @@ from tests.support import builders, postgres
 from pev import codec
 from pev.kernel import Finish, LocalReplan, TaskStatus, TerminalReason, diagnose
 from pev.ledger import (
+    ApprovalRequested,
     CancelRequested,
     CaptureFailed,
     Diagnosed,
@@ -253,6 +254,28 @@ async def _open_postgres(tmp_path: Path) -> Store:
     return postgres.throwaway_store(max_size=4)  # type: ignore[no-any-return]
 
 
+def postgres_at_version(schema: str, version: int) -> None:
+    """Make ``schema`` hold pev's tables at ``version``, as the pev of that version left them."""
+    from pev.stores import _postgres_schema as ddl
+
+    statements = ["CREATE SCHEMA {s}"]
+    for step in ddl.MIGRATIONS[:version]:
+        statements += step.statements
+    statements.append(
+        "INSERT INTO {s}.pev_meta VALUES ('application', 'pev ledger'), ('schema_version', %s)"
+    )
+    postgres.execute(*statements, schema=schema, params=(str(version),))
+
+
+async def _open_postgres_upgraded(tmp_path: Path) -> Store:
+    # A schema as the pev of schema version 5 made it, brought to the current version by
+    # `pev db upgrade`: what the migrations make must keep the contract as a fresh schema does.
+    store = postgres.throwaway_store(max_size=4)
+    postgres_at_version(store.schema, 5)
+    await store.upgrade()
+    return store  # type: ignore[no-any-return]
+
+
 # One entry per backend.
 BACKENDS: dict[str, Backend] = {
     "memory": Backend(open=_open_memory, tamper=MemoryTamper),
@@ -260,11 +283,22 @@ BACKENDS: dict[str, Backend] = {
     "sqlite": Backend(open=_open_sqlite, tamper=SQLiteTamper),
 }
 
+# Backends that only the contract and claim suites run against, besides BACKENDS.
+UPGRADED: dict[str, Backend] = {
+    "postgres-upgraded": Backend(open=_open_postgres_upgraded, tamper=PostgresTamper),
+}
+
 
 @pytest.fixture
 def backends() -> dict[str, Backend]:
     """Every backend by name, for a module that overrides ``backend`` to pin one of them."""
-    return BACKENDS
+    return {**BACKENDS, **UPGRADED}
+
+
+@pytest.fixture
+def at_version() -> Callable[[str, int], None]:
+    """Makes a schema hold pev's tables at a version, as the pev of that version left them."""
+    return postgres_at_version
 
 
 @pytest.fixture(params=sorted(BACKENDS))
@@ -342,6 +376,11 @@ class TaskFactory:
         )
         decision = LocalReplan(frozenset({"a"}), "wrong answer")
         return await self.ledger.append(task_id, dispatch(state, decision, now=_written_at(state)))
+
+    async def awaiting_approval(self, task_id: str) -> TaskState:
+        """A task whose initial revision waits for a person's approval (3 events)."""
+        await self.planning(task_id)
+        return await self.ledger.append(task_id, [self.revision(), ApprovalRequested(revision=1)])
 
     async def finished(self, task_id: str) -> TaskState:
         """A task that ended succeeded/passed (8 events)."""

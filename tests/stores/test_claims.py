@@ -1,8 +1,9 @@
 """Claims on every backend: take the leases of runnable tasks, oldest first, never twice.
 
-Each test runs against every store in ``BACKENDS`` (see conftest.py). A task is runnable when it
-has not ended and its lease is free (none yet, expired or released); ``claim`` takes the leases
-of up to ``limit`` of them in one transaction, under the rules of ``pev.ledger.acquired``.
+Each test runs against every store in ``BACKENDS`` (see conftest.py), and a PostgreSQL schema
+upgraded from version 5. A task is runnable when it has not ended, does not await a person's
+approval, and its lease is free (none yet, expired or released); ``claim`` takes the leases of
+up to ``limit`` of them in one transaction, under the rules of ``pev.ledger.acquired``.
 """
 
 from __future__ import annotations
@@ -15,15 +16,32 @@ import pytest
 from tests.support.builders import T0
 
 from pev.errors import LeaseLost
-from pev.ledger import GENESIS_HASH, Lease, Store, apply, new_task, seal, summarize
+from pev.ledger import (
+    GENESIS_HASH,
+    ApprovalRequested,
+    Lease,
+    Store,
+    TaskPhase,
+    apply,
+    new_task,
+    seal,
+    summarize,
+)
 from pev.model import TaskId
 from pev.policy import RecoveryPolicy
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
-    from conftest import TaskFactory
+    from conftest import Backend, TaskFactory
 
 LEASE_S = 30.0
 LATER = T0 + timedelta(seconds=LEASE_S + 1)
+
+
+@pytest.fixture(params=["memory", "postgres", "postgres-upgraded", "sqlite"])
+def backend(request: pytest.FixtureRequest, backends: dict[str, Backend]) -> Backend:
+    """Every backend, and a PostgreSQL schema made at version 5 and upgraded: claims search
+    the index migration 6 makes."""
+    return backends[request.param]
 
 
 def _ids(leases: tuple[Lease, ...]) -> list[str]:
@@ -148,3 +166,43 @@ async def test_concurrent_claimers_get_disjoint_tasks(
     assert sorted(_ids(mine) + _ids(theirs)) == names
     for lease in (*mine, *theirs):
         assert await store.lease(lease.task_id) == lease
+
+
+async def test_a_task_awaiting_approval_is_claimed_only_once_approved(
+    store: Store, tasks: TaskFactory
+) -> None:
+    """A task waiting for a person holds no lease, yet no claim takes it; approved, it is."""
+    await tasks.awaiting_approval("t1")
+    assert await store.lease("t1") is None
+    assert await store.claim("a", now=LATER, lease_s=LEASE_S, limit=5) == ()
+    await tasks.ledger.approve("t1", by="ada")
+    (taken,) = await store.claim("a", now=LATER, lease_s=LEASE_S, limit=5)
+    assert (taken.task_id, taken.owner, taken.epoch) == ("t1", "a", 1)
+
+
+async def test_a_rejected_task_is_claimed_to_be_planned_again(
+    store: Store, tasks: TaskFactory
+) -> None:
+    """A rejection sends the task back to await a replan: a worker may take it again."""
+    await tasks.awaiting_approval("t1")
+    await tasks.ledger.reject("t1", by="ada", reason="not that way")
+    summary = await store.summary("t1")
+    assert summary is not None
+    assert summary.phase is TaskPhase.AWAITING_REPLAN
+    assert _ids(await store.claim("a", now=T0, lease_s=LEASE_S, limit=5)) == ["t1"]
+
+
+async def test_a_driver_that_asks_for_approval_leaves_its_task_to_nobody(
+    store: Store, tasks: TaskFactory
+) -> None:
+    """A driver asks for approval under its lease and releases it (the task waits holding no
+    lease): neither at once nor once the lease would have expired does a claim take it, while
+    other tasks are still claimed."""
+    await tasks.planning("t1")
+    (lease,) = await store.claim("a", now=T0, lease_s=LEASE_S, limit=1)
+    await tasks.ledger.append("t1", [tasks.revision(), ApprovalRequested(revision=1)], fence=lease)
+    await store.release_lease(lease, now=T0 + timedelta(seconds=1))
+    await tasks.planning("t2")
+    later = LATER + timedelta(seconds=LEASE_S)  # past the lease t1 held, had it kept it
+    assert _ids(await store.claim("b", now=T0, lease_s=LEASE_S * 10, limit=5)) == ["t2"]
+    assert await store.claim("b", now=later, lease_s=LEASE_S, limit=5) == ()

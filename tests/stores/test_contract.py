@@ -1,4 +1,8 @@
-"""The store contract (docs/design.md §5.2, §5.5), run against every backend in ``BACKENDS``."""
+"""The store contract (docs/design.md §5.2, §5.5), run against every backend in ``BACKENDS``.
+
+And against a PostgreSQL schema made by pev's schema version 5 and upgraded (``pev db upgrade``):
+the migrations must make a schema that keeps the contract as a fresh one does.
+"""
 
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ from pev.ledger import (
 from pev.model import EvidencePhase, Plan, PlanNode, TaskId
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
-    from conftest import TaskFactory
+    from conftest import Backend, TaskFactory
     from pev.testing import FakeClock
 
 PLAN = Plan("fetch the answer", (PlanNode("a", "fetch it", tool="fetch"),))
@@ -43,6 +47,12 @@ CAPTURE_FAILED = CaptureFailed(revision=1, phase=EvidencePhase.AFTER, error="cam
 
 # A revision_started event for PLAN.
 revision = functools.partial(builders.revision, plan=PLAN, reason="a plan")
+
+
+@pytest.fixture(params=["memory", "postgres", "postgres-upgraded", "sqlite"])
+def backend(request: pytest.FixtureRequest, backends: dict[str, Backend]) -> Backend:
+    """Every backend, and a PostgreSQL schema made at version 5 and upgraded."""
+    return backends[request.param]
 
 
 async def sealed(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,7 @@ from pev.ledger import (
     RevisionKind,
     RevisionStarted,
     Store,
+    TaskPhase,
     TaskSummary,
     apply,
     event_text,
@@ -82,17 +83,6 @@ async def other(store: PostgresStore) -> AsyncIterator[PostgresStore]:
     second = PostgresStore(postgres.URL, schema=store.schema)
     yield second
     await second.close()
-
-
-def at_version(schema: str, version: int) -> None:
-    """Make ``schema`` hold pev's tables at ``version``, as an older pev would have left them."""
-    statements = ["CREATE SCHEMA {s}"]
-    for step in ddl.MIGRATIONS[:version]:
-        statements += step.statements
-    statements.append(
-        "INSERT INTO {s}.pev_meta VALUES ('application', 'pev ledger'), ('schema_version', %s)"
-    )
-    postgres.execute(*statements, schema=schema, params=(str(version),))
 
 
 def set_version(schema: str, version: int) -> None:
@@ -205,7 +195,9 @@ async def test_a_fresh_schema_is_made_at_the_current_version(store: PostgresStor
     assert [m.version for m in ddl.MIGRATIONS] == list(range(1, CURRENT + 1))
 
 
-async def test_an_older_schema_is_refused_until_upgraded(schema: str) -> None:
+async def test_an_older_schema_is_refused_until_upgraded(
+    schema: str, at_version: Callable[[str, int], None]
+) -> None:
     """An older schema says to run `pev db upgrade`; upgrade() migrates it, and it opens."""
     at_version(schema, 1)
     store = PostgresStore(postgres.URL, schema=schema)
@@ -223,7 +215,7 @@ async def test_an_older_schema_is_refused_until_upgraded(schema: str) -> None:
 
 
 async def test_an_upgrade_keeps_what_was_written(schema: str) -> None:
-    """A schema at version 2 (no leases table, no runnable-tasks index) is migrated with its
+    """A schema at version 2 (no leases table, no claimable-tasks index) is migrated with its
     ledgers intact."""
     store = PostgresStore(postgres.URL, schema=schema)
     try:
@@ -232,7 +224,7 @@ async def test_an_upgrade_keeps_what_was_written(schema: str) -> None:
     finally:
         await store.close()
     postgres.execute(
-        "DROP INDEX {s}.pev_tasks_runnable", "DROP TABLE {s}.pev_leases", schema=schema
+        "DROP INDEX {s}.pev_tasks_claimable", "DROP TABLE {s}.pev_leases", schema=schema
     )
     set_version(schema, 2)
     again = PostgresStore(postgres.URL, schema=schema)
@@ -244,6 +236,85 @@ async def test_an_upgrade_keeps_what_was_written(schema: str) -> None:
         assert (await Ledger(again).verify("t1")).ok
     finally:
         await again.close()
+
+
+def copy_ledgers(source: str, target: str) -> None:
+    """Copy every ledger, index row and lease of schema ``source`` into schema ``target``."""
+    postgres.execute(
+        *(
+            f'INSERT INTO {{s}}.{table} SELECT * FROM "{source}".{table}'  # noqa: S608 - test names
+            for table in ("pev_events", "pev_tasks", "pev_leases")
+        ),
+        schema=target,
+    )
+
+
+async def test_a_version_5_schema_is_upgraded_with_its_ledgers(
+    store: PostgresStore,
+    tasks: TaskFactory,
+    schema: str,
+    at_version: Callable[[str, int], None],
+) -> None:
+    """Migration 6 takes a schema as pev's version 5 made it, ledgers and all: refused until
+    upgraded, then read as they were, and claims leave out a task awaiting approval."""
+    await tasks.planning("new")
+    await tasks.awaiting_approval("waiting")
+    await tasks.finished("done")
+    at_version(schema, 5)
+    copy_ledgers(store.schema, schema)
+    upgraded = PostgresStore(postgres.URL, schema=schema)
+    try:
+        with pytest.raises(SchemaVersionError, match=r"run `pev db upgrade`"):
+            await upgraded.list_tasks()
+        assert await upgraded.upgrade() == (5, CURRENT)
+        for task_id in ("new", "waiting", "done"):
+            assert await upgraded.read(task_id) == await store.read(task_id)
+            assert (await Ledger(upgraded).verify(task_id)).ok
+        claimed = await upgraded.claim("w", now=utc_now(), lease_s=30, limit=5)
+        assert [lease.task_id for lease in claimed] == ["new"]
+        await Ledger(upgraded).approve("waiting", by="ada")
+        claimed = await upgraded.claim("w", now=utc_now(), lease_s=30, limit=5)
+        assert [lease.task_id for lease in claimed] == ["waiting"]
+    finally:
+        await upgraded.close()
+
+
+def schema_objects(schema: str) -> dict[str, str]:
+    """The functions, indexes and triggers of ``schema``, each with its definition."""
+    rows = postgres.execute(
+        "SELECT 'function ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) "
+        "|| ')', pg_get_functiondef(p.oid) FROM pg_proc p "
+        "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %(s)s "
+        "UNION ALL SELECT 'index ' || indexname, indexdef FROM pg_indexes "
+        "WHERE schemaname = %(s)s "
+        "UNION ALL SELECT 'trigger ' || t.tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t "
+        "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %(s)s AND NOT t.tgisinternal",
+        params={"s": schema},  # type: ignore[arg-type]
+    )
+    return {str(name): str(text).replace(schema, "<schema>") for name, text in rows}
+
+
+async def test_an_upgraded_schema_is_a_fresh_one(
+    store: PostgresStore, schema: str, at_version: Callable[[str, int], None]
+) -> None:
+    """Each schema version upgraded to the current one holds the very functions, indexes and
+    triggers a fresh schema gets: one ``pev_append``, the claimable-tasks index and not the
+    runnable-tasks one."""
+    await store.list_tasks()  # made fresh, at the current version
+    fresh = schema_objects(store.schema)
+    assert "index pev_tasks_claimable" in fresh
+    assert "index pev_tasks_runnable" not in fresh
+    assert sum(name.startswith("function pev_append(") for name in fresh) == 1
+    for version in range(1, CURRENT):
+        postgres.drop_schema(schema)
+        at_version(schema, version)
+        upgrading = PostgresStore(postgres.URL, schema=schema)
+        try:
+            assert await upgrading.upgrade() == (version, CURRENT)
+        finally:
+            await upgrading.close()
+        assert schema_objects(schema) == fresh, f"upgraded from version {version}"
 
 
 async def test_a_newer_schema_is_never_opened(store: PostgresStore, tasks: TaskFactory) -> None:
@@ -332,7 +403,9 @@ async def test_a_schema_pev_did_not_make_is_refused(
     assert {name for (name,) in names} <= {"pev_events", "pev_meta"}
 
 
-async def test_a_damaged_schema_is_refused(schema: str) -> None:
+async def test_a_damaged_schema_is_refused(
+    schema: str, at_version: Callable[[str, int], None]
+) -> None:
     """pev's marker on tables that lack a column of this version: a StoreError naming it."""
     at_version(schema, CURRENT)
     postgres.execute("ALTER TABLE {s}.pev_tasks DROP COLUMN title", schema=schema)
@@ -626,13 +699,14 @@ async def test_a_store_never_used_closes_without_connecting() -> None:
         await store.upgrade()
 
 
-async def test_a_claim_searches_only_the_tasks_that_have_not_ended(
+async def test_a_claim_searches_only_the_claimable_tasks(
     store: PostgresStore, tasks: TaskFactory
 ) -> None:
-    """The claim's search goes through the runnable-tasks index, whose condition names every
-    terminal phase: however many tasks have ended, it reads none of them."""
-    ended = sorted(str(phase) for phase in TERMINAL_PHASES)
-    assert f"phase NOT IN ({', '.join(repr(p) for p in ended)})" == ddl.RUNNABLE_TASKS
+    """The claim's search goes through the claimable-tasks index, whose condition names every
+    terminal phase and awaiting_approval: however many tasks have ended or wait for a person,
+    it reads none of them."""
+    unclaimable = sorted(str(phase) for phase in {*TERMINAL_PHASES, TaskPhase.AWAITING_APPROVAL})
+    assert f"phase NOT IN ({', '.join(repr(p) for p in unclaimable)})" == ddl.RUNNABLE_TASKS
     await tasks.planning("t1")
     from pev.stores._postgres import _LOCK_CLAIMABLE
 
@@ -641,4 +715,4 @@ async def test_a_claim_searches_only_the_tasks_that_have_not_ended(
         "EXPLAIN " + postgres.in_schema(_LOCK_CLAIMABLE, store.schema),
         params=(utc_now(), [], 5),
     )
-    assert "pev_tasks_runnable" in "\n".join(str(row[0]) for row in plan)
+    assert "pev_tasks_claimable" in "\n".join(str(row[0]) for row in plan)

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.support.builders import T0
 
 from pev.errors import LedgerCorruptError, SchemaVersionError, StoreError
-from pev.ledger import SCHEMA_VERSION, TERMINAL_PHASES, Ledger
+from pev.ledger import SCHEMA_VERSION, TERMINAL_PHASES, Ledger, TaskPhase
 from pev.stores import SQLiteStore
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
@@ -292,16 +293,49 @@ async def test_reading_never_waits_for_a_writer(store: SQLiteStore, tasks: TaskF
         writer.close()
 
 
-async def test_a_claim_searches_only_the_tasks_that_have_not_ended(store: SQLiteStore) -> None:
-    """The claim's search goes through the runnable-tasks index, whose condition names every
-    terminal phase: however many tasks have ended, it reads none of them."""
+async def test_a_claim_searches_only_the_claimable_tasks(store: SQLiteStore) -> None:
+    """The claim's search goes through the claimable-tasks index, whose condition names every
+    terminal phase and awaiting_approval: however many tasks have ended or wait for a person,
+    it reads none of them."""
     from pev.stores._sqlite import _SELECT_CLAIMABLE
     from pev.stores._sqlite_db import RUNNABLE_TASKS
 
-    ended = sorted(str(phase) for phase in TERMINAL_PHASES)
-    assert f"phase NOT IN ({', '.join(repr(p) for p in ended)})" == RUNNABLE_TASKS
+    unclaimable = sorted(str(phase) for phase in {*TERMINAL_PHASES, TaskPhase.AWAITING_APPROVAL})
+    assert f"phase NOT IN ({', '.join(repr(p) for p in unclaimable)})" == RUNNABLE_TASKS
     plan = store._db.conn.execute("EXPLAIN QUERY PLAN " + _SELECT_CLAIMABLE, ("now", 5)).fetchall()
-    assert "pev_tasks_runnable" in " ".join(str(row[-1]) for row in plan)
+    assert "pev_tasks_claimable" in " ".join(str(row[-1]) for row in plan)
+
+
+def index_names(path: str | Path) -> set[str]:
+    """The names of the indexes in the ledger file at ``path``."""
+    with connect(path) as conn:
+        return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+
+
+async def test_a_file_with_the_runnable_tasks_index_gets_the_claimable_one(
+    store: SQLiteStore, tasks: TaskFactory
+) -> None:
+    """A file an older pev made (its index of the tasks that have not ended, which let a claim
+    take a task awaiting approval) is brought up to date when it is opened: the old index is
+    dropped, the new one made, and a claim leaves the waiting task alone."""
+    await tasks.awaiting_approval("waiting")
+    await tasks.planning("new")
+    await store.close()
+    with connect(store.location) as conn:
+        conn.execute("DROP INDEX pev_tasks_claimable")
+        conn.execute(
+            "CREATE INDEX pev_tasks_runnable ON pev_tasks (created_at, task_id) "
+            "WHERE phase NOT IN ('cancelled', 'failed', 'partial', 'succeeded')"
+        )
+    reopened = SQLiteStore(store.location)
+    try:
+        assert {"pev_tasks_claimable", "pev_tasks_runnable"} & index_names(store.location) == {
+            "pev_tasks_claimable"
+        }
+        claimed = await reopened.claim("w", now=T0, lease_s=30, limit=5)
+        assert [lease.task_id for lease in claimed] == ["new"]
+    finally:
+        await reopened.close()
 
 
 @pytest.mark.parametrize("offload", [False, True])

@@ -18,6 +18,8 @@ from tests.support.builders import T0, dispatched, evidence, finished
 
 from pev.kernel import Diagnosis, Finish, LocalReplan, RootCause, TaskStatus, TerminalReason
 from pev.ledger import (
+    ApprovalRequested,
+    Approved,
     AwaitingReplan,
     CancelRequested,
     CaptureFailed,
@@ -31,6 +33,7 @@ from pev.ledger import (
     NodeSkipped,
     PlanRejected,
     RecordReconciled,
+    Rejected,
     ReplanStarted,
     RevisionKind,
     RoundExecuted,
@@ -84,6 +87,10 @@ AWAITING_REPLAN = (
 )
 PLANNING = (*AWAITING_REPLAN, ReplanStarted(planning=RevisionKind.LOCAL, attempt=2))
 CANCELLING = (*EXECUTING, CancelRequested(reason="operator"))
+AWAITING_APPROVAL = (
+    *EXECUTING,
+    ApprovalRequested(revision=1, deadline=T0 + timedelta(seconds=600), actions=("b",)),
+)
 
 HISTORIES = {
     TaskPhase.PLANNING: PLANNING,
@@ -91,6 +98,7 @@ HISTORIES = {
     TaskPhase.VERIFYING: VERIFYING,
     TaskPhase.AWAITING_REPLAN: AWAITING_REPLAN,
     TaskPhase.CANCELLING: CANCELLING,
+    TaskPhase.AWAITING_APPROVAL: AWAITING_APPROVAL,
 }
 ACTIVE = frozenset(HISTORIES)
 
@@ -142,5 +150,8 @@ EVENTS: dict[str, Event] = {
     "awaiting_replan": AwaitingReplan(action=None, deadline=T0 + timedelta(seconds=60)),
     "cancel_requested": CancelRequested(reason="stop"),
     "driver_started": DriverStarted(owner="host:1:a", epoch=1, host="host", process=1),
+    "approval_requested": ApprovalRequested(revision=1, actions=("b",)),
+    "approved": Approved(revision=1, by="ada", note="looks right"),
+    "rejected": Rejected(revision=1, by="ada", reason="use the other tray"),
     "task_finished": TaskFinished(status=TaskStatus.FAILED, reason=TerminalReason.EXECUTION_FAILED),
 }

@@ -21,6 +21,8 @@ from pev.kernel import (
     TerminalReason,
 )
 from pev.ledger import (
+    ApprovalRequested,
+    Approved,
     AwaitingReplan,
     CancelRequested,
     CaptureFailed,
@@ -34,6 +36,7 @@ from pev.ledger import (
     NodeSkipped,
     PlanRejected,
     RecordReconciled,
+    Rejected,
     ReplanStarted,
     RevisionKind,
     RevisionStarted,
@@ -288,6 +291,14 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ),
     AwaitingReplan: st.builds(AwaitingReplan, action=st.none() | replans, deadline=times),
     CancelRequested: st.builds(CancelRequested, reason=texts),
+    ApprovalRequested: st.builds(
+        ApprovalRequested,
+        revision=st.integers(1, 9),
+        deadline=st.none() | times,
+        actions=st.lists(ids, max_size=3).map(tuple),
+    ),
+    Approved: st.builds(Approved, revision=st.integers(1, 9), by=texts, note=texts),
+    Rejected: st.builds(Rejected, revision=st.integers(1, 9), by=texts, reason=texts),
     DriverStarted: st.builds(
         DriverStarted,
         owner=texts,

@@ -1,7 +1,8 @@
 """The `pev` command line: the group, and its commands that read, migrate and demonstrate.
 
 Here: tasks, show, lessons, db upgrade, demo, and the ``ledger`` group. The commands that drive
-tasks (run, submit, worker, resume, cancel) are in :mod:`pev.cli._drive`; ``ledger verify`` and
+tasks (run, submit, worker, resume, cancel) are in :mod:`pev.cli._drive`; those that follow and
+decide on them (events, approve, reject) in :mod:`pev.cli._control`; ``ledger verify`` and
 ``ledger anchor`` in :mod:`pev.cli._integrity`; what all commands share in
 :mod:`pev.cli._common`.
 
@@ -30,6 +31,7 @@ from pev.cli._common import (
     resolve_task_id,
     where_of,
 )
+from pev.cli._control import approve_command, events_command, reject_command
 from pev.cli._demo import DEMO_FAULTS, run_demos
 from pev.cli._drive import (
     cancel_command,
@@ -100,8 +102,17 @@ def cli(ctx: click.Context, db: str | None) -> None:
     type=click.IntRange(min=0, max=2**32 - 1),
     help="Where the cubes start; the same seed gives the same ledger, apart from times and ids.",
 )
+@click.option(
+    "--approve",
+    is_flag=True,
+    help=(
+        "Each revision that moves the arm waits for your approval: look at its plan with "
+        "`pev show TASK` and run `pev approve TASK` (or `pev reject TASK --reason ...`) from "
+        "another terminal."
+    ),
+)
 @click.pass_obj
-def demo(db: str, faults: Sequence[str], seed: int) -> None:
+def demo(db: str, faults: Sequence[str], seed: int, approve: bool) -> None:
     """Run the simulator demo: a Panda arm puts three cubes in a tray, one task per fault.
 
     Each task (no fault, slip, knock, timeout, dead-joint, camera) takes its own path through
@@ -117,7 +128,9 @@ def demo(db: str, faults: Sequence[str], seed: int) -> None:
         # The images go next to an SQLite file, else next to the default one.
         beside = Path(store.location) if isinstance(store, SQLiteStore) else default_db()
         images = beside.parent / "demo-images"
-        ok = await run_demos(ledger, chosen, seed=seed, console=console, images=images)
+        ok = await run_demos(
+            ledger, chosen, seed=seed, console=console, images=images, approve=approve
+        )
         return ok, where_of(store)
 
     try:
@@ -281,7 +294,16 @@ def db_upgrade(db: str) -> None:
     Console().print(on_ledger(db, upgrade, check=False), soft_wrap=True, highlight=False)
 
 
-for command in (run_command, submit_command, worker_command, resume_command, cancel_command):
+for command in (
+    run_command,
+    submit_command,
+    worker_command,
+    resume_command,
+    cancel_command,
+    events_command,
+    approve_command,
+    reject_command,
+):
     cli.add_command(command)
 ledger.add_command(export_command)
 

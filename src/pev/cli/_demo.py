@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from pev.cli._progress import ConsoleRail
 from pev.cli._render import chain_report, timeline
 from pev.experience import LessonBook
 from pev.ledger import Ledger, TaskState
@@ -27,11 +28,19 @@ _IMAGE_KINDS = ("image", "segmentation")
 
 
 async def run_demos(
-    ledger: Ledger, faults: Sequence[str], *, seed: int, console: Console, images: Path
+    ledger: Ledger,
+    faults: Sequence[str],
+    *,
+    seed: int,
+    console: Console,
+    images: Path,
+    approve: bool = False,
 ) -> bool:
     """Run one demo task per fault and print each one's timeline and chain check.
 
-    The camera images of the last task are saved under ``images``.
+    The camera images of the last task are saved under ``images``. With ``approve``, every
+    revision that moves the arm waits for a person's ``pev approve`` (or ``pev reject``), and
+    the task's progress is printed live meanwhile.
 
     Returns:
         True if every task took its fault's documented path and its ledger verified.
@@ -50,7 +59,12 @@ async def run_demos(
         console.print(Text(expected.story, style="italic"))
         # The demo learns: recovered slips seeded differently promote a lesson (`pev lessons`).
         result = await run_demo(
-            fault, seed=seed, store=ledger.store, experience=LessonBook(ledger.store)
+            fault,
+            seed=seed,
+            store=ledger.store,
+            experience=LessonBook(ledger.store),
+            approve=approve,
+            rails=[ConsoleRail(console)] if approve else (),
         )
         state = await ledger.state(result.task_id)
         console.print(timeline(state))

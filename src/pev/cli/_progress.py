@@ -15,11 +15,15 @@ from rich.text import Text
 from pev.cli._render import STATUS_STYLE, decision_text, diagnosis_text, task_heading
 from pev.engine import RunResult
 from pev.ledger import (
+    ApprovalRequested,
+    Approved,
     Diagnosed,
     Dispatched,
     EvidenceCaptured,
     NodeDispatched,
     NodeFinished,
+    PlanRejected,
+    Rejected,
     RevisionStarted,
     TaskCreated,
     TaskFinished,
@@ -124,6 +128,27 @@ def progress_line(event: RailEvent, *, began: datetime | None = None) -> Text | 
             return diagnosis_text(diagnosis)
         case Dispatched(decision=decision):
             return Text.assemble(("decision: ", "bold"), decision_text(decision))
+        case PlanRejected(problems=problems):
+            shown = "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")
+            return Text.assemble(("plan rejected: ", "bold red"), shown)
+        case ApprovalRequested(revision=revision, actions=actions, deadline=deadline):
+            line = Text.assemble(("awaiting approval", "bold yellow"), f" of revision {revision}")
+            if actions:
+                line.append(f" (actions: {', '.join(actions)})")
+            if deadline is not None:
+                line.append(f", until {deadline:%Y-%m-%d %H:%M:%S} UTC", style="dim")
+            task = event.task_id
+            line.append(
+                f": look at its plan with `pev show {task}`, then `pev approve {task}` or "
+                f"`pev reject {task} --reason ...`"
+            )
+            return line
+        case Approved(by=by, note=note):
+            return Text.assemble(
+                ("approved", "bold green"), f" by {by}", f": {note}" if note else ""
+            )
+        case Rejected(by=by, reason=reason):
+            return Text.assemble(("rejected", "bold red"), f" by {by}: {reason}")
         case TaskFinished(status=status, reason=reason):
             return Text.assemble(
                 ("finished: ", "bold"), (f"{status}/{reason}", STATUS_STYLE[status])

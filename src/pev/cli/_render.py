@@ -11,6 +11,7 @@ from rich.text import Text
 
 from pev.kernel import Decision, Diagnosis, Finish, GlobalReplan, LocalReplan, TaskStatus
 from pev.ledger import (
+    Approved,
     ChainReport,
     Dispatched,
     Lease,
@@ -176,9 +177,32 @@ def _revision(state: TaskState, revision: Revision) -> RenderableType:
             cell = Text("not dispatched", style="dim")
         table.add_row(node.id, node.tool or "", str(node.effect), ", ".join(node.after), cell)
     parts: list[RenderableType] = [table]
+    parts.extend(approval_lines(state, revision.number))
     parts.extend(_verdicts(state, revision.number))
     parts.append(Text(""))
     return Group(*parts)
+
+
+def approval_lines(state: TaskState, number: int) -> list[Text]:
+    """The approval a revision asked for and the decision on it: who, when, and what they said."""
+    lines: list[Text] = []
+    for request in (r for r in state.approvals if r.revision == number):
+        line = Text("approval: asked", style="bold")
+        if request.actions:
+            line.append(f" for actions {', '.join(request.actions)}", style="")
+        if request.deadline is not None:
+            line.append(f", by {request.deadline:%Y-%m-%d %H:%M:%S} UTC", style="dim")
+        lines.append(line)
+    for review in (r for r in state.reviews if r.revision == number):
+        if isinstance(review, Approved):
+            line = Text.assemble(("  approved", "green"), f" by {review.by}")
+            if review.note:
+                line.append(f": {review.note}", style="italic")
+        else:
+            line = Text.assemble(("  rejected", "red"), f" by {review.by}: ")
+            line.append(review.reason, style="italic")
+        lines.append(line)
+    return lines
 
 
 def _verdicts(state: TaskState, number: int) -> list[RenderableType]:
@@ -257,6 +281,15 @@ def _ending(state: TaskState) -> RenderableType:
         note = f"in progress: {state.phase}"
         if state.replan_deadline is not None:
             note += f" (replan must begin by {state.replan_deadline:%Y-%m-%d %H:%M:%S} UTC)"
+        waiting = state.awaiting
+        if waiting is not None:
+            note += (
+                f" (revision {waiting.revision}: `pev approve {state.task_id}` or "
+                f"`pev reject {state.task_id} --reason ...`"
+            )
+            if waiting.deadline is not None:
+                note += f", by {waiting.deadline:%Y-%m-%d %H:%M:%S} UTC"
+            note += ")"
         return Text(note, style="cyan")
     line = Text.assemble(
         ("result: ", "bold"),

@@ -2,8 +2,9 @@
 
 See docs/design.md §4-§6.
 
-Entry points: :func:`run` (async), :func:`run_sync`, :func:`resume` and :func:`cancel`, given an
-:class:`Agent` (or its parts as keywords). The seams it calls are narrow protocols
+Entry points: :func:`run` (async), :func:`run_sync`, :func:`start`, :func:`resume` and
+:func:`cancel`, given an :class:`Agent` (or its parts as keywords); :func:`watch`, :func:`approve`
+and :func:`reject` follow and steer a task from any process. The seams it calls are narrow protocols
 (:class:`Planner`, :class:`Executor`, :class:`Verifier`, :class:`Observer`); functions decorated
 with :func:`tool` become an executor.
 """
@@ -18,6 +19,7 @@ from pev.engine._agent import (
     VerifierReply,
 )
 from pev.engine._api import DEFAULT_CRITERION, cancel, default_contract, resume, run, run_sync
+from pev.engine._control import EventStream, Starting, TaskHandle, approve, reject, start, watch
 from pev.engine._protocols import (
     Executor,
     NodeContext,
@@ -41,6 +43,7 @@ from pev.engine._worker import WorkerReport, submit, worker
 __all__ = [
     "DEFAULT_CRITERION",
     "Agent",
+    "EventStream",
     "Executor",
     "ExecutorLike",
     "NodeContext",
@@ -55,6 +58,8 @@ __all__ = [
     "Resources",
     "RunResult",
     "Secret",
+    "Starting",
+    "TaskHandle",
     "Tool",
     "ToolExecutor",
     "ToolRegistry",
@@ -65,14 +70,18 @@ __all__ = [
     "VerifyRequest",
     "WorkerReport",
     "adapt",
+    "approve",
     "cancel",
     "current_node_context",
     "default_contract",
+    "reject",
     "report_usage",
     "resume",
     "run",
     "run_sync",
+    "start",
     "submit",
     "tool",
+    "watch",
     "worker",
 ]

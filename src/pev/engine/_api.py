@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ParamSpec
@@ -61,7 +62,27 @@ def default_contract(input: JsonValue, verifier: VerifierLike | None) -> Verific
     return VerificationContract(VerificationMode.RECOVERY, input_text(input), (DEFAULT_CRITERION,))
 
 
-async def run(
+@dataclass(frozen=True, slots=True)
+class Launched:
+    """A task just written, with the driver that drives it (what ``run`` and ``start`` share)."""
+
+    driver: Driver
+    store: Store
+    experience: LessonBook | None
+
+    @property
+    def task_id(self) -> TaskId:
+        """The task's id."""
+        return self.driver.state.task_id
+
+    async def drive(self) -> RunResult:
+        """Drive the task to its end, then record it in the experience, if any."""
+        result = await self.driver.drive()
+        await learn_from(self.experience, self.driver.state)
+        return result
+
+
+async def launch(
     input: JsonValue,  # noqa: A002 - the name users know for what the task is asked to do
     *,
     agent: Agent | None = None,
@@ -78,59 +99,19 @@ async def run(
     clock: Callable[[], datetime] | None = None,
     lessons: Iterable[str] = (),
     experience: LessonBook | None = None,
-) -> RunResult:
-    """Run a task to its end: plan, execute, verify, diagnose, dispatch, within its budget.
+) -> Launched:
+    """Write a new task under its driver's lease, and make that driver (``run`` and ``start``).
 
-    Give the agent (``agent=``), or its parts as keywords (``planner=``, ``tools=``...), which
-    is a shortcut for ``agent=pev.Agent(planner, tools=...)``.
-
-    Args:
-        input: What the task is asked to do (JSON).
-        agent: The :class:`~pev.engine.Agent` that runs it. Bound to a module-level name, it is
-            recorded by that name, so ``resume`` and other processes rebuild exactly this agent.
-        planner: Instead of ``agent``: an object with an async or sync ``plan(request)``, or
-            such a function.
-        verifier: An object with ``verify(request)``, or such a function; needed by every
-            verification mode but ``off``.
-        tools: Functions decorated with ``@pev.tool`` (a list, mapping or registry).
-        executor: Instead of ``tools``: an object with ``execute(node, context)`` and,
-            optionally, ``reconcile(record)``.
-        contract: The verification contract; by default the agent's, else ``off`` without a
-            verifier and ``recovery`` (goal: the input) with one.
-        policy: Budgets, deadlines and limits; by default the agent's, else the defaults.
-        observer: An object with ``observe(phase, context)``, capturing evidence.
-        store: Where the ledger is kept; in memory by default.
-        rails: Observers of the loop (``pev.rails``), added to the agent's; they never change
-            the outcome.
-        task_id: The task's id; a fresh UUID by default.
-        clock: Returns the current UTC time; for tests.
-        lessons: Advice handed to the planner and the verifier (never evidence).
-        experience: A :class:`~pev.experience.LessonBook`: its active lessons that apply to
-            this task's tools and goal are added to ``lessons``, and the ended task is recorded
-            in it (a store failure there is logged; the run's result stands).
-
-    Returns:
-        The task's result; ``result.ok`` only for ``succeeded``.
-
-    Raises:
-        ContractError: The contract cannot be honoured (no verifier, no observer for required
-            evidence).
-        ComponentError: Missing or conflicting components (an agent and parts of one, say).
-        AssertionError: A verifier's or planner's programming error, in every mode.
+    Takes the arguments of :func:`run`, and raises what it raises before anything is written.
     """
-    task = new_task_of(
-        input,
-        agent,
-        {
-            "planner": planner,
-            "verifier": verifier,
-            "tools": tools,
-            "executor": executor,
-            "observer": observer,
-        },
-        contract=contract,
-        policy=policy,
-    )
+    parts = {
+        "planner": planner,
+        "verifier": verifier,
+        "tools": tools,
+        "executor": executor,
+        "observer": observer,
+    }
+    task = new_task_of(input, agent, parts, contract=contract, policy=policy)
     agent, contract, policy = task.agent, task.contract, task.policy
     components = build_components(agent, policy=policy)
     # Chosen before the task exists: a store that cannot answer leaves no task behind.
@@ -138,7 +119,8 @@ async def run(
         lessons, experience, components, goal=contract.goal or input_text(input)
     )
     clock = clock or utc_now
-    ledger = Ledger(store or MemoryStore(), clock=clock)
+    store = store or MemoryStore()
+    ledger = Ledger(store, clock=clock)
     await ledger.expire_overdue()
     # The task is written with its driver's lease: no worker of the store can claim it first.
     lease = acquired(
@@ -163,9 +145,73 @@ async def run(
         # The creation's entries, read back only for rails to see: without rails, no read.
         announce=await ledger.entries(state.task_id) if bus.rails else (),
     )
-    result = await driver.drive()
-    await learn_from(experience, driver.state)
-    return result
+    return Launched(driver, store, experience)
+
+
+def _driven(
+    launching: Callable[P, Awaitable[Launched]],
+) -> Callable[P, Coroutine[Any, Any, RunResult]]:
+    """An entry point that launches a task with ``launching`` and drives it to its end."""
+
+    async def run(*args: P.args, **kwargs: P.kwargs) -> RunResult:
+        launched = await launching(*args, **kwargs)
+        return await launched.drive()
+
+    # Its parameters are the launcher's, as editors and help() show them.
+    run.__signature__ = inspect.signature(launching).replace(  # type: ignore[attr-defined]
+        return_annotation="RunResult"
+    )
+    run.__name__ = run.__qualname__ = "run"
+    run.__doc__ = RUN_DOC
+    return run
+
+
+RUN_DOC = """\
+Run a task to its end: plan, execute, verify, diagnose, dispatch, within its budget.
+
+Give the agent (``agent=``), or its parts as keywords (``planner=``, ``tools=``...), which
+is a shortcut for ``agent=pev.Agent(planner, tools=...)``.
+
+Args:
+    input: What the task is asked to do (JSON).
+    agent: The :class:`~pev.engine.Agent` that runs it. Bound to a module-level name, it is
+        recorded by that name, so ``resume`` and other processes rebuild exactly this agent.
+    planner: Instead of ``agent``: an object with an async or sync ``plan(request)``, or
+        such a function.
+    verifier: An object with ``verify(request)``, or such a function; needed by every
+        verification mode but ``off``.
+    tools: Functions decorated with ``@pev.tool`` (a list, mapping or registry).
+    executor: Instead of ``tools``: an object with ``execute(node, context)`` and,
+        optionally, ``reconcile(record)``.
+    contract: The verification contract; by default the agent's, else ``off`` without a
+        verifier and ``recovery`` (goal: the input) with one.
+    policy: Budgets, deadlines and limits; by default the agent's, else the defaults.
+    observer: An object with ``observe(phase, context)``, capturing evidence.
+    store: Where the ledger is kept; in memory by default.
+    rails: Observers of the loop (``pev.rails``), added to the agent's; they never change
+        the outcome.
+    task_id: The task's id; a fresh UUID by default.
+    clock: Returns the current UTC time; for tests.
+    lessons: Advice handed to the planner and the verifier (never evidence).
+    experience: A :class:`~pev.experience.LessonBook`: its active lessons that apply to
+        this task's tools and goal are added to ``lessons``, and the ended task is recorded
+        in it (a store failure there is logged; the run's result stands).
+
+With a policy that asks for approval (docs/control.md), ``run`` waits, holding no lease, while
+a revision awaits a person's decision, and returns when the task ends; ``pev.start`` returns a
+handle at once instead.
+
+Returns:
+    The task's result; ``result.ok`` only for ``succeeded``.
+
+Raises:
+    ContractError: The contract cannot be honoured (no verifier, no observer for required
+        evidence).
+    ComponentError: Missing or conflicting components (an agent and parts of one, say).
+    AssertionError: A verifier's or planner's programming error, in every mode.
+"""
+
+run = _driven(launch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,12 +421,14 @@ async def driver_for(
     lease: Lease | None = None,
     drain: asyncio.Event | None = None,
     hold_on_error: bool = False,
+    waits: bool = True,
 ) -> Driver:
     """A driver for a task that exists: ``agent`` checked against its contract, advice chosen.
 
     What ``resume`` and workers share; the driver takes the task's lease when it drives, unless
     it holds it already (``lease``: a worker's claim), and with ``hold_on_error`` keeps it until
-    it expires if the drive raises.
+    it expires if the drive raises. With ``waits`` it waits for a person's decision on a task
+    awaiting approval (``resume``); without, it leaves the task there (a worker).
 
     Raises:
         ContractError: The task's contract calls a verifier the agent does not have.
@@ -401,6 +449,7 @@ async def driver_for(
         lease=lease,
         drain=drain,
         hold_on_error=hold_on_error,
+        waits=waits,
     )
 
 

@@ -10,7 +10,9 @@ The steps live beside it, each depending on a narrow protocol rather than on the
 planning (:mod:`~pev.engine._plan_step`), a round (:mod:`~pev.engine._round`), settling
 (:mod:`~pev.engine._settle`), observing (:mod:`~pev.engine._observe_step`) and verifying
 (:mod:`~pev.engine._verify_step`). A drive holds the task's lease throughout
-(:mod:`~pev.engine._tenure`): every write carries it as a fence.
+(:mod:`~pev.engine._tenure`): every write carries it as a fence, except while the task awaits a
+person's approval: then it holds nothing, and either waits for the decision (``run``,
+``resume``) or leaves the task to whichever driver comes once it is decided (a worker's).
 """
 
 from __future__ import annotations
@@ -33,19 +35,22 @@ from pev.engine._settle import Settler
 from pev.engine._tenure import Tenure, new_owner
 from pev.engine._threads import run_threads
 from pev.engine._verify_step import VerifyStep
-from pev.errors import ConflictError, StateError
+from pev.errors import ConflictError, LeaseHeld, StateError
 from pev.ledger import (
     Event,
     Lease,
     Ledger,
     LedgerEntry,
     RoundExecuted,
+    Tail,
     TaskPhase,
     TaskState,
+    apply,
     begin_replan,
     cancel_outcome,
     executed_ok,
 )
+from pev.ledger._lease import is_free
 from pev.ledger._watch import Follower, TaskWatch, watch_of
 from pev.model import EvidencePhase, ExecutionRecord, PlanNode
 from pev.rails import RailBus
@@ -69,6 +74,10 @@ class Driver:
         cancel_signal: Set when the task is being cancelled or ran out of time; nodes watch it.
         drain_signal: Set to stop driving without ending the task (a worker draining).
         tools: The registered tools' specs, when the run has tools.
+
+    With ``waits`` (``run`` and ``resume``), a drive that reaches ``awaiting_approval`` releases
+    the lease, waits for the decision, and drives on under a new lease; without it (a worker),
+    it stops there and leaves the task to whoever claims it once it is decided.
     """
 
     def __init__(
@@ -86,6 +95,7 @@ class Driver:
         drain: asyncio.Event | None = None,
         hold_on_error: bool = False,
         announce: Sequence[LedgerEntry] = (),
+        waits: bool = True,
     ) -> None:
         self._ledger = ledger
         self._task_id = state.task_id
@@ -97,14 +107,17 @@ class Driver:
         self.cancel_signal = asyncio.Event()
         self.tools = components.tools
         self._write_lock = asyncio.Lock()
+        self._owner = lease.owner if lease is not None else owner or new_owner()
+        self._lease_s = lease_s if lease_s is not None else state.policy.lease_s
         self._tenure = Tenure(
             ledger,
             state.task_id,
-            owner=lease.owner if lease is not None else owner or new_owner(),
-            lease_s=lease_s if lease_s is not None else state.policy.lease_s,
+            owner=self._owner,
+            lease_s=self._lease_s,
             lease=lease,
             clock=clock,
         )
+        self._waits = waits
         self.drain_signal = drain or asyncio.Event()
         self._hold_on_error = hold_on_error
         self._announce = tuple(announce)
@@ -143,11 +156,86 @@ class Driver:
         the lease too, unless the driver was made with ``hold_on_error`` (a worker's): then the
         lease is left to expire, so that no worker takes the task straight back.
 
+        A task that comes to await approval is left there, its lease released, by a driver
+        made without ``waits``; one made with it waits (holding nothing) for the decision, or
+        for the task to end, and drives on: should another driver (a worker) take the task
+        first, it waits for that one to end it or to let it go.
+
         Raises:
             LeaseHeld: Another live driver holds the task (nothing was written).
             LeaseLost: Another driver took the task over while this one drove it; this one
                 dispatched nothing more.
         """
+        state = await self._tenure_steps()
+        while self._waits and not state.terminal and not self.drain_signal.is_set():
+            state = await self._wait_turn()
+            if state.terminal:
+                break
+            self.state = state
+            self._tenure = Tenure(
+                self._ledger,
+                self._task_id,
+                owner=self._owner,
+                lease_s=self._lease_s,
+                clock=self._clock,
+            )
+            try:
+                state = await self._tenure_steps()
+            except LeaseHeld:
+                # Another driver took the task as soon as it was decided: wait for it.
+                state = await self._ledger.state(self._task_id)
+        return state
+
+    async def _wait_turn(self) -> TaskState:
+        """Wait, holding no lease, until the task ends or is this driver's to drive again.
+
+        That is: until it is decided (approved, rejected) and nobody holds its lease. Its
+        deadlines are enforced meanwhile: the approval's, and the task's own.
+        """
+        ledger, task_id = self._ledger, self._task_id
+        state = await ledger.state(task_id)
+        if state.awaiting is not None:
+            log.info(
+                "task %s awaits approval of revision %d (pev approve %s / pev reject %s)",
+                task_id,
+                state.awaiting.revision,
+                task_id,
+                task_id,
+            )
+        async with Tail(ledger.store, task_id, after=state.event_count) as tail:
+            try:
+                while not state.terminal:
+                    now = self._clock()
+                    waiting = state.awaiting
+                    if waiting is not None:
+                        ends = [
+                            at
+                            for at in (waiting.deadline, state.created.task_deadline)
+                            if at is not None
+                        ]
+                        timeout = min(ends, default=None)
+                        if timeout is not None and timeout <= now:
+                            await ledger.expire(task_id, now=now)  # read back below
+                            timeout = None
+                    else:
+                        lease = await ledger.store.lease(task_id)
+                        if is_free(lease, now):
+                            break
+                        timeout = lease.expires_at if lease is not None else None
+                    wait = None if timeout is None else max((timeout - now).total_seconds(), 0.01)
+                    entries = await tail.read(wait)
+                    # What others wrote meanwhile (the decision, above all) is the run's too:
+                    # its rails hear it as they hear the driver's own writes.
+                    for entry in entries:
+                        state = apply(state, entry.event, at=entry.at)
+                    if entries:
+                        await self._rails.emit(entries, state)
+            finally:
+                await self._rails.drain()
+        return await ledger.state(task_id)
+
+    async def _tenure_steps(self) -> TaskState:
+        """One tenure: take the lease, step until the task ends, awaits approval or drains."""
         tenure = self._tenure
         started = await tenure.take()
         main = asyncio.current_task()
@@ -168,6 +256,7 @@ class Driver:
                 async with self._watch().follow(follower):
                     if self._announce:  # a new task's creation, for its rails
                         await self._rails.emit(self._announce, self.state)
+                        self._announce = ()
                     await self.write([started])
                     await self._settler.unfinished()
                     await self._loop()
@@ -187,10 +276,15 @@ class Driver:
                 await asyncio.gather(heartbeat, return_exceptions=True)
                 if not held:
                     await tenure.release()
+                await self._rails.drain()
         return self.state
 
     async def _loop(self) -> None:
-        while not self.state.terminal and not self.drain_signal.is_set():
+        while (
+            not self.state.terminal
+            and not self.drain_signal.is_set()
+            and self.state.phase is not TaskPhase.AWAITING_APPROVAL
+        ):
             # The deadline comes first: past it, the round sets the cancel signal itself (to
             # stop in-flight work) without any cancel_requested event to refresh towards.
             if self.deadline.passed():

@@ -19,11 +19,27 @@ from pev.engine._calls import BUGS, CancelledMeanwhile, GuardedCall
 from pev.engine._deadline import Deadline, earliest
 from pev.engine._failures import noted
 from pev.engine._host import TaskHost, task_deadline_finish
-from pev.engine._planning import append_feedback, merge_local, plan_request, redo_set, review_plan
+from pev.engine._planning import (
+    append_feedback,
+    effective_effect,
+    merge_local,
+    plan_request,
+    redo_set,
+    review_plan,
+    reviewer_rejections,
+)
 from pev.engine._recordable import safe_text
 from pev.kernel import TaskStatus, TerminalReason
-from pev.ledger import RevisionKind, RevisionStarted, finish, reject_plan
-from pev.model import Plan, ToolSpec
+from pev.ledger import (
+    Event,
+    Rejected,
+    RevisionKind,
+    RevisionStarted,
+    approval_request,
+    finish,
+    reject_plan,
+)
+from pev.model import Effect, Plan, ToolSpec
 from pev.model._exceptions import describe_exception
 
 __all__ = ["PlanStep"]
@@ -110,20 +126,32 @@ class PlanStep:
             raise AssertionError("a plan without problems must exist")
         feedback = getattr(state.replan_action, "feedback", "")
         reason = "initial plan" if kind is RevisionKind.INITIAL else feedback or f"{kind} replan"
-        await host.write(
-            [
-                RevisionStarted(
-                    number=len(state.revisions) + 1,
-                    revision_kind=kind,
-                    reason=reason,
-                    plan=plan,
-                    feedback=feedback,
-                    lessons=self._lessons,
-                    redo=redo,
-                    usage=call.usage,
-                )
-            ]
+        number = len(state.revisions) + 1
+        review = state.reviews[-1] if state.reviews else None
+        if isinstance(review, Rejected) and review.revision == number - 1:
+            reason = f"revision {review.revision} rejected by {review.by}: {review.reason}"
+        events: list[Event] = [
+            RevisionStarted(
+                number=number,
+                revision_kind=kind,
+                reason=reason,
+                plan=plan,
+                feedback=feedback,
+                lessons=self._lessons,
+                redo=redo,
+                usage=call.usage,
+            )
+        ]
+        # Written with the revision, in one append: nothing of it can be dispatched before.
+        asked = approval_request(
+            state.policy,
+            revision=number,
+            actions=_actions(plan, redo, self._tools),
+            now=host.deadline.now(),
         )
+        if asked is not None:
+            events.append(asked)
+        await host.write(events)
 
     def _shape(
         self, returned: object, kind: RevisionKind, redo: frozenset[str]
@@ -133,7 +161,11 @@ class PlanStep:
         previous = self._host.state.plan
         if kind is RevisionKind.LOCAL and previous is not None:
             if returned is None:
-                feedback = getattr(self._host.state.replan_action, "feedback", "")
+                state = self._host.state
+                feedback = getattr(state.replan_action, "feedback", "")
+                if state.reviews and isinstance(state.reviews[-1], Rejected):
+                    # The planner declined to change a plan a reviewer rejected: say why.
+                    feedback = "; ".join(filter(None, (feedback, reviewer_rejections(state)[-1])))
                 return append_feedback(previous, redo, feedback), []
             if isinstance(returned, Plan):
                 return merge_local(previous, returned, redo)
@@ -142,6 +174,15 @@ class PlanStep:
         if not isinstance(returned, Plan):
             return None, [f"the planner returned a {type(returned).__name__}, not a Plan"]
         return returned, []
+
+
+def _actions(plan: Plan, redo: frozenset[str], tools: Mapping[str, ToolSpec] | None) -> list[str]:
+    """The ids of the nodes of ``plan`` a revision would dispatch that are actions."""
+    return [
+        node.id
+        for node in plan.nodes
+        if (not redo or node.id in redo) and effective_effect(node, tools) is Effect.ACTION
+    ]
 
 
 class _PlannerFailed:

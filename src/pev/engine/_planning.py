@@ -14,6 +14,7 @@ from types import MappingProxyType
 from pev.engine._protocols import PlanRequest
 from pev.kernel import GlobalReplan, LocalReplan
 from pev.ledger import (
+    Rejected,
     RevisionKind,
     TaskState,
     outputs,
@@ -37,6 +38,7 @@ __all__ = [
     "plan_request",
     "redo_set",
     "review_plan",
+    "reviewer_rejections",
 ]
 
 
@@ -62,7 +64,10 @@ def plan_request(
     redo = redo_set(state) if kind is RevisionKind.LOCAL else frozenset()
     kept = outputs(state) if kind is RevisionKind.LOCAL else {}
     feedback = action.feedback if isinstance(action, LocalReplan | GlobalReplan) else ""
-    rejections = tuple(problem for rejected in state.rejections for problem in rejected.problems)
+    rejections = (
+        *(problem for rejected in state.rejections for problem in rejected.problems),
+        *reviewer_rejections(state),
+    )
     return PlanRequest(
         kind=kind,
         attempt=state.planner_calls,
@@ -84,6 +89,15 @@ def plan_request(
         kept_results=MappingProxyType({k: v for k, v in kept.items() if k not in redo}),
         rejections=rejections,
         unknown_records=unsettled_unknown_actions(state),
+    )
+
+
+def reviewer_rejections(state: TaskState) -> tuple[str, ...]:
+    """Each reviewer's rejection of a revision (docs/control.md), as the planner is told it."""
+    return tuple(
+        f"a reviewer ({review.by}) rejected revision {review.revision}'s plan: {review.reason}"
+        for review in state.reviews
+        if isinstance(review, Rejected)
     )
 
 

@@ -122,6 +122,8 @@ class WorkerReport:
         claimed: Tasks it claimed.
         ended: Claimed tasks that it drove to their end.
         drained: Claimed tasks it stopped driving when told to stop (left for another driver).
+        awaiting_approval: Claimed tasks it left awaiting a person's approval (a worker
+            claims each again once it is decided).
         failed: Claimed tasks whose drive raised, or that were refused (a chain that fails
             verification, components outside ``PEV_TRUSTED_MODULES`` or not rebuildable):
             logged; the task stays in its store, its lease held until it expires, so it is not
@@ -132,6 +134,7 @@ class WorkerReport:
     claimed: int = 0
     ended: int = 0
     drained: int = 0
+    awaiting_approval: int = 0
     failed: int = 0
 
 
@@ -192,6 +195,7 @@ async def worker(
             )
             idle = _Idle(poll_s, woken)
             while not stop.is_set():
+                await shared.expire()
                 room = concurrency - len(active)
                 claimed = await shared.claim(room) if room > 0 else ()
                 for lease in claimed:
@@ -215,15 +219,19 @@ async def worker(
             log.info("worker %s stopping: draining %d task(s)", report.owner, len(active))
             await asyncio.gather(*active.values(), return_exceptions=True)
     log.info(
-        "worker %s stopped: %d claimed, %d ended, %d drained, %d failed",
+        "worker %s stopped: %d claimed, %d ended, %d drained, %d awaiting approval, %d failed",
         report.owner,
         report.claimed,
         report.ended,
         report.drained,
+        report.awaiting_approval,
         report.failed,
     )
     return report
 
+
+# How often a worker looks for overdue tasks, at most (a look is one indexed query).
+_EXPIRE_EVERY_S = 5.0
 
 # An idle worker of a store that cannot wake it polls, waiting this long at first, then twice
 # as long after each look that finds nothing, up to ``poll_s``.
@@ -289,6 +297,22 @@ class _Shared:
     report: WorkerReport
     lease_s: float | None
     drain: asyncio.Event
+    expired_at: float = float("-inf")  # loop time of the last look for overdue tasks
+
+    async def expire(self) -> None:
+        """End overdue tasks (replans, approvals nobody waits for), every few seconds at most.
+
+        Nobody drives a task awaiting approval, so the workers of its store end it once its
+        deadline passes; a store failure is logged, and tried again at a later look.
+        """
+        now = asyncio.get_running_loop().time()
+        if now - self.expired_at < _EXPIRE_EVERY_S:
+            return
+        self.expired_at = now
+        try:
+            await Ledger(self.store, clock=self.clock).expire_overdue()
+        except PevError:
+            log.exception("worker %s: expiring overdue tasks failed", self.report.owner)
 
     async def claim(self, room: int) -> tuple[Lease, ...]:
         """Take the leases of up to ``room`` runnable tasks; none when the store fails."""
@@ -338,6 +362,14 @@ class _Shared:
                 finished.status if finished else "?",
                 finished.reason if finished else "?",
             )
+        elif state.awaiting is not None:
+            report.awaiting_approval += 1
+            log.info(
+                "task %s awaits approval of revision %d; lease released (a worker goes on once "
+                "it is approved or rejected)",
+                task_id,
+                state.awaiting.revision,
+            )
         else:
             report.drained += 1
             log.info("task %s left %s for another driver; lease released", task_id, state.phase)
@@ -360,6 +392,7 @@ class _Shared:
             lease=claimed,
             drain=self.drain,
             hold_on_error=True,
+            waits=False,
         )
         final = await driver.steps()
         await learn_from(self.experience, final)

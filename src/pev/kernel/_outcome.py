@@ -30,6 +30,8 @@ class TerminalReason(StrEnum):
     TASK_DEADLINE_EXPIRED = "task_deadline_expired"
     EVIDENCE_MISSING = "evidence_missing"
     INVALID_PLAN = "invalid_plan"
+    REJECTED = "rejected"
+    APPROVAL_EXPIRED = "approval_expired"
     CANCELLED = "cancelled"
 
 

@@ -2,8 +2,9 @@
 
 A task's history is an append-only log of frozen events; its state is ``replay(events)``, a
 pure fold. The transition functions (``begin_replan``, ``reject_plan``, ``dispatch``, ``expire``,
-``request_cancel``) decide which events a step writes; :class:`Ledger` folds, seals and appends
-them through a :class:`Store` in one durable transaction.
+``request_cancel``, ``approve``, ``reject``) decide which events a step writes; :class:`Ledger`
+folds, seals and appends them through a :class:`Store` in one durable transaction. ``follow``
+reads a task's entries as they are written, from any process.
 """
 
 from pev.ledger._chain import (
@@ -15,6 +16,8 @@ from pev.ledger._chain import (
 from pev.ledger._checks import ChainReport, verify_chain, verify_raw
 from pev.ledger._events import (
     SCHEMA_VERSION,
+    ApprovalRequested,
+    Approved,
     AwaitingReplan,
     CancelRequested,
     CaptureFailed,
@@ -32,6 +35,7 @@ from pev.ledger._events import (
     PlanRejected,
     RawEntry,
     RecordReconciled,
+    Rejected,
     ReplanStarted,
     RevisionKind,
     RevisionStarted,
@@ -41,6 +45,7 @@ from pev.ledger._events import (
     Usage,
     VerdictRecorded,
 )
+from pev.ledger._follow import FOLLOW_POLL_S, Tail, follow
 from pev.ledger._lease import Lease, acquired, check_fence, fenced, released, renewed
 from pev.ledger._ledger import (
     LEDGER_KEY_ENV,
@@ -50,12 +55,15 @@ from pev.ledger._ledger import (
     utc_now,
 )
 from pev.ledger._machine import (
+    approval_request,
+    approve,
     begin_replan,
     cancel_outcome,
     dispatch,
     expire,
     finish,
     new_task,
+    reject,
     reject_plan,
     request_cancel,
 )
@@ -77,6 +85,7 @@ from pev.ledger._state import (
     replay,
 )
 from pev.ledger._store import (
+    Appends,
     Store,
     Wakeups,
     check_batch,
@@ -88,10 +97,14 @@ from pev.ledger._summary import (
 from pev.ledger._watch import Marks, TaskMark, TaskWatch
 
 __all__ = [
+    "FOLLOW_POLL_S",
     "GENESIS_HASH",
     "LEDGER_KEY_ENV",
     "SCHEMA_VERSION",
     "TERMINAL_PHASES",
+    "Appends",
+    "ApprovalRequested",
+    "Approved",
     "AwaitingReplan",
     "CancelRequested",
     "CaptureFailed",
@@ -113,12 +126,14 @@ __all__ = [
     "PlanRejected",
     "RawEntry",
     "RecordReconciled",
+    "Rejected",
     "ReplanStarted",
     "Revision",
     "RevisionKind",
     "RevisionStarted",
     "RoundExecuted",
     "Store",
+    "Tail",
     "TaskCreated",
     "TaskFinished",
     "TaskMark",
@@ -131,6 +146,8 @@ __all__ = [
     "Wakeups",
     "acquired",
     "apply",
+    "approval_request",
+    "approve",
     "begin_replan",
     "cancel_outcome",
     "check_batch",
@@ -142,6 +159,7 @@ __all__ = [
     "expire",
     "fenced",
     "finish",
+    "follow",
     "known_refs",
     "ledger_key",
     "lineage_records",
@@ -150,6 +168,7 @@ __all__ = [
     "new_task",
     "new_task_id",
     "outputs",
+    "reject",
     "reject_plan",
     "released",
     "renewed",

@@ -34,6 +34,8 @@ from pev.policy import RecoveryPolicy
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ApprovalRequested",
+    "Approved",
     "AwaitingReplan",
     "CancelRequested",
     "CaptureFailed",
@@ -51,6 +53,7 @@ __all__ = [
     "PlanRejected",
     "RawEntry",
     "RecordReconciled",
+    "Rejected",
     "ReplanStarted",
     "RevisionKind",
     "RevisionStarted",
@@ -352,6 +355,63 @@ class DriverStarted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequested:
+    """A revision waits for a person's approval before anything of it is dispatched.
+
+    Written with the ``revision_started`` it is about, when the policy asks for approval
+    (docs/control.md): with ``approval="actions"`` for a revision that would dispatch an action,
+    with ``"always"`` for every revision.
+
+    Attributes:
+        revision: The revision awaiting approval.
+        deadline: When the task ends ``failed``/``approval_expired`` unless it was decided
+            (``approval_timeout_s`` after the request), or ``None`` to wait for ever.
+        actions: The ids of the nodes the revision would dispatch that are actions.
+    """
+
+    kind: ClassVar[Literal["approval_requested"]] = "approval_requested"
+    revision: int
+    deadline: datetime | None = None
+    actions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Approved:
+    """A person approved the revision awaiting approval: it is dispatched as it is.
+
+    Attributes:
+        revision: The revision approved.
+        by: Who approved it.
+        note: What they said, if anything.
+    """
+
+    kind: ClassVar[Literal["approved"]] = "approved"
+    revision: int
+    by: str
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rejected:
+    """A person rejected the revision awaiting approval: none of it is dispatched.
+
+    The reason is fed back to the planner as a rejected plan's problems are (docs/design.md §4):
+    an ``awaiting_replan`` follows in the same write, or the task's end (``failed``/``rejected``)
+    when no replan is left or the mode is not ``recovery``.
+
+    Attributes:
+        revision: The revision rejected.
+        by: Who rejected it.
+        reason: Why, in their words: what the planner is told.
+    """
+
+    kind: ClassVar[Literal["rejected"]] = "rejected"
+    revision: int
+    by: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskFinished:
     """The task ended; nothing follows this event.
 
@@ -388,6 +448,9 @@ Event: TypeAlias = (
     | AwaitingReplan
     | CancelRequested
     | DriverStarted
+    | ApprovalRequested
+    | Approved
+    | Rejected
     | TaskFinished
 )
 """Every event a ledger can hold."""

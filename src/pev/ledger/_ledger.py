@@ -27,7 +27,7 @@ from pev.ledger._chain import GENESIS_HASH, KEYED, seal
 from pev.ledger._checks import ChainReport
 from pev.ledger._events import Event, LedgerEntry
 from pev.ledger._lease import Lease
-from pev.ledger._machine import expire, new_task, request_cancel
+from pev.ledger._machine import approve, expire, new_task, reject, request_cancel
 from pev.ledger._phases import TaskPhase
 from pev.ledger._state import TaskState, apply
 from pev.ledger._store import Store
@@ -323,16 +323,75 @@ class Ledger:
         Works from any process: it writes a ``cancel_requested`` event that the engine driving
         the task sees.
         """
+        return await self._from_outside(task_id, lambda state: request_cancel(state, reason=reason))
+
+    async def approve(
+        self, task_id: str, *, by: str, note: str = "", revision: int | None = None
+    ) -> TaskState:
+        """Approve the revision the task awaits approval for, from any process.
+
+        Args:
+            task_id: The task.
+            by: Who approves (kept in the ledger).
+            note: What they add, if anything.
+            revision: The revision they looked at: refused if the task awaits another.
+
+        Raises:
+            StateError: The task is not awaiting approval (of ``revision``, when given); one
+                whose deadline has passed is ended first (``approval_expired``), so a late
+                decision is refused.
+        """
+        await self.expire(task_id)
+        return await self._from_outside(
+            task_id, lambda state: approve(state, by=by, note=note, revision=revision)
+        )
+
+    async def reject(
+        self, task_id: str, *, by: str, reason: str, revision: int | None = None
+    ) -> TaskState:
+        """Reject the revision the task awaits approval for, from any process.
+
+        The reason is fed to the planner (see :func:`pev.ledger.reject`).
+
+        Raises:
+            StateError: The task is not awaiting approval (of ``revision``, when given); one
+                whose deadline has passed is ended first, as :meth:`approve` says.
+        """
+        await self.expire(task_id)
+        return await self._from_outside(
+            task_id,
+            lambda state: reject(state, by=by, reason=reason, now=self._clock(), revision=revision),
+        )
+
+    async def expire(self, task_id: str, *, now: datetime | None = None) -> TaskState:
+        """End the task if what it waits for is overdue (see :func:`pev.ledger.expire`).
+
+        Returns:
+            Its state: ended, or as it was when nothing was overdue.
+        """
+        moment = now if now is not None else self._clock()
+        return await self._from_outside(task_id, lambda state: expire(state, now=moment))
+
+    async def _from_outside(
+        self, task_id: str, decide: Callable[[TaskState], Sequence[Event]]
+    ) -> TaskState:
+        """Append what ``decide`` makes of the task's state, without a lease, as others write.
+
+        A writer that came first (``ConflictError``) makes it read the state and decide again.
+
+        Raises:
+            ConflictError: Other writers came first every time it tried.
+        """
+        state = await self.state(task_id)
         for _ in range(_CONFLICT_RETRIES):
-            state = await self.state(task_id)
-            events = request_cancel(state, reason=reason)
+            events = decide(state)
             if not events:
                 return state
             try:
                 return await self.append(task_id, events)
             except ConflictError:
-                continue
-        return await self.state(task_id)
+                state = await self.state(task_id)
+        raise ConflictError(task_id, state.event_count + 1)
 
     async def expire_overdue(self, now: datetime | None = None) -> tuple[TaskId, ...]:
         """End ``failed``/``replan_deadline_expired`` every task whose replan deadline passed.

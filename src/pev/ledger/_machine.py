@@ -24,11 +24,14 @@ from pev.kernel import (
     deadline_passed,
 )
 from pev.ledger._events import (
+    ApprovalRequested,
+    Approved,
     AwaitingReplan,
     CancelRequested,
     Dispatched,
     Event,
     PlanRejected,
+    Rejected,
     ReplanStarted,
     RevisionKind,
     TaskCreated,
@@ -46,15 +49,18 @@ from pev.model import (
     VerificationMode,
     freeze_json,
 )
-from pev.policy import RecoveryPolicy
+from pev.policy import Approval, RecoveryPolicy
 
 __all__ = [
+    "approval_request",
+    "approve",
     "begin_replan",
     "cancel_outcome",
     "dispatch",
     "expire",
     "finish",
     "new_task",
+    "reject",
     "reject_plan",
     "request_cancel",
 ]
@@ -214,22 +220,118 @@ def dispatch(state: TaskState, decision: Decision, *, now: datetime) -> tuple[Ev
 
 
 def expire(state: TaskState, *, now: datetime) -> tuple[Event, ...]:
-    """Fail a task whose replan deadline has passed; ``()`` for any other task."""
+    """Fail a task whose replan or approval deadline has passed; ``()`` for any other task.
+
+    A task awaiting approval also ends once its whole-task deadline passes
+    (``task_deadline_expired``): no driver holds it to notice.
+    """
     if state.phase in REPLAN_DEADLINE_PHASES and deadline_passed(now, state.replan_deadline):
         return (_deadline_expired(state),)
+    waiting = state.awaiting
+    if waiting is None:
+        return ()
+    # Nobody drives a task awaiting approval: its whole-task deadline is enforced here too.
+    task_deadline = state.created.task_deadline
+    if deadline_passed(now, task_deadline):
+        detail = f"the task deadline {task_deadline.isoformat() if task_deadline else '?'} passed"
+        detail += f" while revision {waiting.revision} awaited approval"
+        return (
+            finish(state, TaskStatus.FAILED, TerminalReason.TASK_DEADLINE_EXPIRED, detail=detail),
+        )
+    if deadline_passed(now, waiting.deadline):
+        deadline = waiting.deadline.isoformat() if waiting.deadline else "?"
+        detail = f"revision {waiting.revision} was neither approved nor rejected by {deadline}"
+        return (finish(state, TaskStatus.FAILED, TerminalReason.APPROVAL_EXPIRED, detail=detail),)
     return ()
+
+
+def approval_request(
+    policy: RecoveryPolicy, *, revision: int, actions: Sequence[str], now: datetime
+) -> ApprovalRequested | None:
+    """The request for approval a new revision needs under ``policy``, or ``None``.
+
+    Args:
+        policy: The task's policy (its ``approval`` and ``approval_timeout_s``).
+        revision: The revision's number.
+        actions: The ids of the nodes it would dispatch that are actions.
+        now: When the revision starts (the deadline counts from then).
+    """
+    if policy.approval is Approval.NEVER or (policy.approval is Approval.ACTIONS and not actions):
+        return None
+    timeout = policy.approval_timeout_s
+    deadline = now + timedelta(seconds=timeout) if timeout is not None else None
+    return ApprovalRequested(revision=revision, deadline=deadline, actions=tuple(actions))
+
+
+def _awaited(state: TaskState, kind: str, revision: int | None) -> ApprovalRequested:
+    """The request the task waits on, checked against the ``revision`` a reviewer decided on.
+
+    Raises:
+        StateError: The task is not awaiting approval, or awaits it for another revision.
+    """
+    waiting = state.awaiting
+    if waiting is None:
+        raise _refused(state, kind, "only a revision awaiting approval can be approved or rejected")
+    if revision is not None and revision != waiting.revision:
+        raise StateError(
+            f"task {state.task_id} awaits approval of revision {waiting.revision}, not "
+            f"{revision}: look at revision {waiting.revision}'s plan (pev show) and decide on it",
+            task_id=state.task_id,
+            state=state.phase,
+        )
+    return waiting
+
+
+def approve(
+    state: TaskState, *, by: str, note: str = "", revision: int | None = None
+) -> tuple[Event, ...]:
+    """Approve the revision the task awaits approval for: it is dispatched as planned.
+
+    Raises:
+        StateError: The task is not awaiting approval (of ``revision``, when given).
+    """
+    waiting = _awaited(state, Approved.kind, revision)
+    return (Approved(revision=waiting.revision, by=by, note=note),)
+
+
+def reject(
+    state: TaskState, *, by: str, reason: str, now: datetime, revision: int | None = None
+) -> tuple[Event, ...]:
+    """Reject the revision the task awaits approval for; the reason is fed to the planner.
+
+    As with a rejected plan (docs/design.md §4): in recovery mode, while a replan is left, the
+    task awaits a replan for the decision the rejected revision answered; otherwise it ends
+    ``failed``/``rejected``.
+
+    Raises:
+        StateError: The task is not awaiting approval (of ``revision``, when given).
+    """
+    waiting = _awaited(state, Rejected.kind, revision)
+    rejected = Rejected(revision=waiting.revision, by=by, reason=reason)
+    can_retry = (
+        state.contract.mode is VerificationMode.RECOVERY
+        and state.replans_used < state.policy.max_replans
+    )
+    if can_retry:
+        action = state.revisions[-1].action
+        deadline = now + timedelta(seconds=state.policy.replan_timeout_s)
+        return rejected, AwaitingReplan(action=action, deadline=deadline)
+    spent = "" if state.contract.mode is not VerificationMode.RECOVERY else "; no replan is left"
+    detail = f"revision {waiting.revision} was rejected by {by}: {reason}{spent}"
+    return rejected, finish(state, TaskStatus.FAILED, TerminalReason.REJECTED, detail=detail)
 
 
 def request_cancel(state: TaskState, *, reason: str = "") -> tuple[Event, ...]:
     """Ask a task to stop; ``()`` for a task that has ended or is already cancelling.
 
-    A task that waits for a replan has no work in flight, so it ends ``cancelled`` at once;
-    otherwise the engine driving it stops dispatching and ends it (see :func:`cancel_outcome`).
+    A task that waits for a replan or an approval has no work in flight, so it ends
+    ``cancelled`` at once; otherwise the engine driving it stops dispatching and ends it (see
+    :func:`cancel_outcome`).
     """
     if not allowed(state.phase, CancelRequested.kind):
         return ()
     requested = CancelRequested(reason=reason)
-    if state.phase is TaskPhase.AWAITING_REPLAN:
+    if state.phase in (TaskPhase.AWAITING_REPLAN, TaskPhase.AWAITING_APPROVAL):
         return requested, finish(
             state, TaskStatus.CANCELLED, TerminalReason.CANCELLED, detail=reason
         )

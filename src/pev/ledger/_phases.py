@@ -23,6 +23,7 @@ __all__ = [
     "REPLAN_DEADLINE_PHASES",
     "SETTLED_ON_RESUME",
     "TERMINAL_PHASES",
+    "WAITING_PHASES",
     "TaskPhase",
     "allowed",
     "needs",
@@ -34,6 +35,7 @@ class TaskPhase(StrEnum):
     """Where a task stands. The last four are terminal and final."""
 
     PLANNING = "planning"
+    AWAITING_APPROVAL = "awaiting_approval"
     EXECUTING = "executing"
     VERIFYING = "verifying"
     AWAITING_REPLAN = "awaiting_replan"
@@ -51,6 +53,10 @@ TERMINAL_PHASES = frozenset(
 # Where a replan deadline holds: waiting for the replan, and planning it until a revision starts.
 # Expiry and the task index (which lists overdue tasks) must agree on it.
 REPLAN_DEADLINE_PHASES = (TaskPhase.AWAITING_REPLAN, TaskPhase.PLANNING)
+
+# The phases in which a task waits with a deadline that expiry enforces: a replan's, or an
+# approval's. The task index keeps that deadline, so that overdue tasks are found by one query.
+WAITING_PHASES = (*REPLAN_DEADLINE_PHASES, TaskPhase.AWAITING_APPROVAL)
 
 _LIVE = frozenset(TaskPhase) - TERMINAL_PHASES
 _RUNNING = frozenset({TaskPhase.EXECUTING, TaskPhase.CANCELLING})
@@ -84,6 +90,9 @@ ALLOWED_PHASES: Mapping[str, frozenset[TaskPhase]] = MappingProxyType(
         "awaiting_replan": frozenset({TaskPhase.VERIFYING, TaskPhase.PLANNING}),
         "cancel_requested": _LIVE - {TaskPhase.CANCELLING},
         "driver_started": _LIVE,
+        "approval_requested": frozenset({TaskPhase.EXECUTING}),
+        "approved": frozenset({TaskPhase.AWAITING_APPROVAL}),
+        "rejected": frozenset({TaskPhase.AWAITING_APPROVAL}),
         "task_finished": _LIVE,
     }
 )
@@ -97,6 +106,9 @@ LEADS_TO: Mapping[str, TaskPhase] = MappingProxyType(
         "round_executed": TaskPhase.VERIFYING,
         "awaiting_replan": TaskPhase.AWAITING_REPLAN,
         "cancel_requested": TaskPhase.CANCELLING,
+        "approval_requested": TaskPhase.AWAITING_APPROVAL,
+        "approved": TaskPhase.EXECUTING,
+        "rejected": TaskPhase.PLANNING,
     }
 )
 

@@ -16,6 +16,8 @@ from typing import Any, NoReturn, assert_never
 from pev.errors import StateError
 from pev.kernel import GlobalReplan, LocalReplan, outcome_allowed
 from pev.ledger._events import (
+    ApprovalRequested,
+    Approved,
     AwaitingReplan,
     CancelRequested,
     CaptureFailed,
@@ -31,6 +33,7 @@ from pev.ledger._events import (
     NodeSkipped,
     PlanRejected,
     RecordReconciled,
+    Rejected,
     ReplanStarted,
     RevisionKind,
     RevisionStarted,
@@ -85,6 +88,9 @@ class Revision:
         started_at: When it started.
         attempt: The planner call that produced its plan (1 for the first call).
         node_ids: The ids of the plan's nodes (derived, for quick membership tests).
+        action: The replan decision it answers (``None`` for an initial revision, or one
+            planned after a rejected plan); a revision a reviewer rejects is planned again
+            for the same decision.
     """
 
     number: int
@@ -98,6 +104,7 @@ class Revision:
     started_at: datetime | None
     attempt: int = 1
     node_ids: frozenset[str] = frozenset()
+    action: LocalReplan | GlobalReplan | None = None
 
 
 # Not slotted, unlike pev's other values: the fold makes a new state per event, and copying an
@@ -131,6 +138,8 @@ class TaskState:
         replan_deadline: When the current replan must have begun.
         cancel_reason: Why a cancel was requested, once one was.
         drivers: Who drove each stretch of the task, in order (one event per lease epoch).
+        approvals: Every request for approval, in order (one per revision that asked).
+        reviews: Every approval and rejection of a revision, in order.
         finished: The final event, once the task ended.
     """
 
@@ -158,6 +167,8 @@ class TaskState:
     replan_deadline: datetime | None = None
     cancel_reason: str | None = None
     drivers: tuple[DriverStarted, ...] = ()
+    approvals: tuple[ApprovalRequested, ...] = ()
+    reviews: tuple[Approved | Rejected, ...] = ()
     finished: TaskFinished | None = None
 
     @property
@@ -184,6 +195,11 @@ class TaskState:
     def planner_calls(self) -> int:
         """Planner calls started so far: the first plan, then one per started replan."""
         return self.replans_used + 1
+
+    @property
+    def awaiting(self) -> ApprovalRequested | None:
+        """The request the task waits on while ``awaiting_approval``; else ``None``."""
+        return self.approvals[-1] if self.phase is TaskPhase.AWAITING_APPROVAL else None
 
     @property
     def revision(self) -> Revision | None:
@@ -348,6 +364,23 @@ def _changes(state: TaskState, event: Event, *, at: datetime | None) -> dict[str
                     f"epoch {event.epoch} does not follow epoch {state.drivers[-1].epoch}",
                 )
             return {"drivers": (*state.drivers, event)}
+        case ApprovalRequested():
+            _require_revision(state, event, event.revision)
+            if any(request.revision == event.revision for request in state.approvals):
+                _refuse(state, event, f"revision {event.revision} already asked for approval")
+            return {"approvals": (*state.approvals, event)}
+        case Approved():
+            _require_revision(state, event, event.revision)
+            return {"reviews": (*state.reviews, event)}
+        case Rejected():
+            _require_revision(state, event, event.revision)
+            revision = state.revisions[-1]
+            # Planned again for the decision the rejected revision answered.
+            return {
+                "reviews": (*state.reviews, event),
+                "planning": revision.kind,
+                "replan_action": revision.action,
+            }
         case TaskFinished():
             if not outcome_allowed(event.status, event.reason):
                 _refuse(state, event, f"status {event.status} cannot carry reason {event.reason}")
@@ -401,6 +434,7 @@ def _revision_started(
         started_at=at if at is not None else state.updated_at,
         attempt=state.planner_calls,
         node_ids=frozenset(event.plan.node_ids),
+        action=state.replan_action,
     )
     return {
         "revisions": (*state.revisions, revision),

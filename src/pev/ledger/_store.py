@@ -22,7 +22,7 @@ from pev.ledger._phases import TaskPhase
 from pev.ledger._summary import TaskSummary
 from pev.model import TaskId
 
-__all__ = ["Store", "Wakeups", "check_batch", "decode_entry"]
+__all__ = ["Appends", "Store", "Wakeups", "check_batch", "decode_entry"]
 
 
 @runtime_checkable
@@ -145,7 +145,11 @@ class Store(Protocol):
         ...
 
     async def overdue(self, now: datetime) -> tuple[TaskId, ...]:
-        """Tasks waiting for a replan whose deadline is at or before ``now``, earliest first."""
+        """Tasks waiting (for a replan or an approval) whose deadline is at or before ``now``.
+
+        Earliest deadline first: the index row's ``replan_deadline``, which holds the deadline of
+        whatever the task waits for.
+        """
         ...
 
     async def close(self) -> None:
@@ -164,12 +168,39 @@ class Wakeups(Protocol):
     def wakeups(self) -> AbstractAsyncContextManager[asyncio.Event]:
         """While entered, an event the store sets when a task may have become runnable.
 
-        It is set at least when a task is created without a lease (``pev.submit``) and when
-        the lease of a task that has not ended is released (a worker draining), by this process
-        or any other the store reaches; a store may set it more often (SQLite: whenever another
-        connection committed), each time costing a waiter one look. A lease that simply expires
+        It is set at least when a task is created without a lease (``pev.submit``), when a
+        person's approval, rejection or cancel is written to a task without a lease and leaves
+        it claimable, and when the lease of a claimable task is released (a worker draining),
+        by this process or any other the store reaches (a task awaiting approval is not
+        claimable); a store may set it more often (SQLite: whenever another connection
+        committed), each time costing a waiter one look. A lease that simply expires
         sets nothing: a worker still looks every ``poll_s``. The waiter clears the event before
         it looks, so a signal that comes while it looks is not lost.
+        """
+        ...
+
+
+@runtime_checkable
+class Appends(Protocol):
+    """A store that tells followers of a task when its ledger grew (optional).
+
+    :func:`pev.ledger.follow` reads a task's new entries when told, and also every
+    :attr:`follow_poll_s` in case a signal never comes (an append by a process the store cannot
+    hear from, a listener that reconnects). Followers of a store without it poll
+    (:data:`pev.ledger.FOLLOW_POLL_S`).
+    """
+
+    @property
+    def follow_poll_s(self) -> float:
+        """How often a follower reads anyway: rarely where every append is heard, else often."""
+        ...
+
+    def appended(self, task_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
+        """While entered, an event the store sets once an append to ``task_id`` has committed.
+
+        It is set at least for the appends this store object makes (in any thread), and for
+        those of other processes where the store hears of them (PostgreSQL: ``LISTEN``). The
+        follower clears it before it reads, so an append during the read is not missed.
         """
         ...
 

@@ -31,7 +31,9 @@ class TaskSummary:
         updated_at: When its last event was written.
         event_count: How many events its ledger holds.
         head_hash: The hash of its last event.
-        replan_deadline: When a replan it waits for must begin, if it waits for one.
+        replan_deadline: The deadline of what it waits for, if it waits: when a replan must
+            begin (``awaiting_replan``, ``planning``), or when an approval must come
+            (``awaiting_approval``). Expiry finds overdue tasks by it.
     """
 
     task_id: TaskId
@@ -60,7 +62,14 @@ def summarize(state: TaskState, *, head_hash: str, title: str | None = None) -> 
     """
     if state.created_at is None or state.updated_at is None:
         raise ValueError("a task summary needs the times of stored entries, not bare events")
-    waiting = state.phase in REPLAN_DEADLINE_PHASES
+    waiting = state.awaiting
+    if state.phase in REPLAN_DEADLINE_PHASES:
+        deadline = state.replan_deadline
+    elif waiting is not None:  # the approval's deadline, or the task's when that comes first
+        ends = [d for d in (waiting.deadline, state.created.task_deadline) if d is not None]
+        deadline = min(ends) if ends else None
+    else:
+        deadline = None
     finished = state.finished
     # From its slots, in field order: every write makes one.
     return _build_summary(
@@ -73,7 +82,7 @@ def summarize(state: TaskState, *, head_hash: str, title: str | None = None) -> 
         state.updated_at,
         state.event_count,
         head_hash,
-        state.replan_deadline if waiting else None,
+        deadline,
     )
 
 

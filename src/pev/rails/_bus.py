@@ -1,35 +1,29 @@
-"""The rail bus: turns freshly written ledger entries into rail events and hands them out.
+"""The rail bus: hands freshly written ledger entries to rails, off the engine's critical path.
 
 Rails observe; they never decide. The bus gives every rail its own copy of every event, ignores
 what rails return, and logs and counts what they raise, so nothing a rail does can reach the
-engine or another rail. The copies go through pev's codec (``decode(encode(value))``): a deep
-copy is no cheaper and cannot copy the read-only mappings some events hold.
+engine or another rail. Nor can a rail's pace: each rail has a bounded queue and a task of its
+own that feeds it, one event at a time. :meth:`RailBus.emit` only fills the queues; a rail that
+falls behind loses its oldest events (counted), and :meth:`RailBus.drain` waits a bounded time at
+the end of a drive for the queues to empty.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import math
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import TypeAlias
 
-from pev.codec import decode, encode
-from pev.ledger import (
-    LedgerEntry,
-    NodeDispatched,
-    NodeFinished,
-    RevisionStarted,
-    TaskFinished,
-    TaskState,
-)
-from pev.model import ExecutionRecord, Plan, VerificationContract
+from pev.ledger import LedgerEntry, TaskFinished, TaskState
 from pev.model._exceptions import describe_exception
-from pev.rails._event import PHASES_OF_EVENT, Rail, RailEvent, RailPhase
+from pev.rails._copy import Frame, View, frame_of, private_copy, written
+from pev.rails._event import Rail, RailEvent, RailPhase
 
 __all__ = ["RailBus", "RailLike"]
 
@@ -38,85 +32,121 @@ _LOG = logging.getLogger("pev.rails")
 RailLike: TypeAlias = Rail | Callable[[RailEvent], object]
 """A rail object (sync or async ``on_event``), or any callable taking a :class:`RailEvent`."""
 
-# Copies of a task's contract and plan are kept per rail between events (a plan is the bulk of a
-# copy's cost and changes only with a new revision). Tasks that end are dropped at once; this
-# bounds what tasks that never end (a crash) can leave behind.
-_MAX_VIEWS_PER_RAIL = 128
+_Item: TypeAlias = tuple[RailPhase, Frame]
 
-
-@dataclass(frozen=True, slots=True)
-class _View:
-    """One rail's private copy of a task's contract and plan, and what it was copied from."""
-
-    contract_source: VerificationContract
-    plan_source: Plan | None
-    contract: VerificationContract
-    plan: Plan | None
-    tools: Mapping[str, str]
+# How long drain waits for the rails' tasks to end once cancelled: long enough for a rail's own
+# clean-up, short enough that a rail which ignores cancellation cannot hold the run.
+_STOP_GRACE_S = 1.0
 
 
 @dataclass(slots=True)
 class _Slot:
-    """A rail as the bus calls it."""
+    """A rail as the bus calls it, and its copies of the plans and contracts of its tasks."""
 
     rail: RailLike
     name: str
     call: Callable[[RailEvent], object]
-    views: dict[str, _View] = field(default_factory=dict)
+    views: dict[str, View] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class _Written:
-    """One entry that marks rail phases, with the plan and record in force once it was written."""
+class _Lane:
+    """One rail's queue in one event loop, and the task that feeds the rail from it.
 
-    entry: LedgerEntry
-    phases: tuple[RailPhase, ...]
-    plan: Plan | None
-    record: ExecutionRecord | None
+    Plain futures rather than ``asyncio.Event``: waking the consumer is the one cost per emit.
+    """
 
+    __slots__ = ("busy", "consumer", "items", "settled", "slot", "wake", "warned")
 
-@dataclass(frozen=True, slots=True)
-class _Frame:
-    """An entry ready to copy: encoded once, decoded once per rail and phase."""
+    def __init__(self, slot: _Slot) -> None:
+        self.slot = slot
+        self.items: deque[_Item] = deque()
+        # What the consumer waits on once its queue is empty; None while it has work.
+        self.wake: asyncio.Future[None] | None = None
+        # What drain waits on until the consumer has emptied its queue (or ended).
+        self.settled: asyncio.Future[None] | None = None
+        self.busy = False  # an event is with the rail now
+        self.warned = False  # the overflow warning was logged
+        self.consumer: asyncio.Task[None] | None = None
 
-    written: _Written
-    contract: VerificationContract
-    entry_data: object
-    record_data: object
+    @property
+    def left(self) -> int:
+        """How many events the rail has not finished with."""
+        return len(self.items) + self.busy
+
+    @property
+    def idle(self) -> bool:
+        """Nothing left for the rail: its consumer waits for events, or has ended."""
+        return self.wake is not None or (self.consumer is not None and self.consumer.done())
+
+    def poke(self) -> None:
+        """Wake the consumer, if it waits for events."""
+        wake, self.wake = self.wake, None
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def settle(self) -> None:
+        """Tell drain, if it waits, that the queue is empty."""
+        settled, self.settled = self.settled, None
+        if settled is not None and not settled.done():
+            settled.set_result(None)
 
 
 class RailBus:
     """Delivers the loop's phase boundaries to rails; rails observe, they never decide.
 
-    The engine calls :meth:`emit` after every successful append. Rails run one after another in
-    the order given, on the engine's event loop: a sync rail should be quick (nothing can bound
-    it), and an async one is given ``timeout_s`` per event. Emits never overlap: one that comes
-    while another is delivering waits its turn, so a rail sees one event at a time, in order.
+    The engine calls :meth:`emit` after every successful append, and :meth:`drain` once at the
+    end of a drive. Each rail has its own bounded queue and its own task on the engine's event
+    loop, started on the first emit: it sees one event at a time, in ledger order, and a rail
+    that is slow delays neither the engine nor another rail. When a rail's queue is full, its
+    oldest event is dropped and counted in :attr:`dropped`. A sync rail runs in its task too,
+    but it holds the event loop while it runs (nothing can bound it): keep it quick, or make it
+    async. An async rail is given ``timeout_s`` per event.
 
     Args:
         rails: Objects with a sync or async ``on_event(event)`` method, or callables taking
             the event.
         timeout_s: How long each call of an async rail may take; a call that runs past it is
             cancelled and counted as a failure.
+        queue_size: How many events each rail's queue holds before its oldest are dropped.
+        drain_s: How long :meth:`drain` waits, by default, for the rails to catch up.
 
     Raises:
         TypeError: A rail has no ``on_event`` method and is not callable.
-        ValueError: ``timeout_s`` is not a positive number.
+        ValueError: ``timeout_s`` is not a positive number, ``queue_size`` not a positive
+            integer, or ``drain_s`` not a number of seconds (zero or more).
     """
 
-    def __init__(self, rails: Iterable[RailLike], *, timeout_s: float = 1.0) -> None:
-        if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
+    def __init__(
+        self,
+        rails: Iterable[RailLike],
+        *,
+        timeout_s: float = 1.0,
+        queue_size: int = 1000,
+        drain_s: float = 2.0,
+    ) -> None:
+        if not (_is_seconds(timeout_s) and timeout_s > 0):
             raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
+            raise ValueError(f"queue_size must be a positive number of events, got {queue_size!r}")
+        if not _is_seconds(drain_s):
+            raise ValueError(f"drain_s must be a number of seconds (0 or more), got {drain_s!r}")
         self._slots = tuple(_slot(rail) for rail in rails)
         self._timeout_s = float(timeout_s)
+        self._queue_size = queue_size
+        self._drain_s = float(drain_s)
         self.failures: Counter[str] = Counter()
         """How many times each rail (by name) raised or timed out."""
-        self._lock: asyncio.Lock | None = None
-        self._lock_loop: asyncio.AbstractEventLoop | None = None
+        self.dropped: Counter[str] = Counter()
+        """How many events each rail (by name) never saw: its queue was full, or the drive ended."""
+        # The lanes serve one event loop at a time: a bus may serve several asyncio.run calls in
+        # turn, and a task or an asyncio.Event belongs to the loop it was made in.
+        self._lanes: tuple[_Lane, ...] = ()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._error: BaseException | None = None
 
     @property
     def rails(self) -> tuple[RailLike, ...]:
-        """The rails, in the order they are called."""
+        """The rails, in the order they were given."""
         return tuple(slot.rail for slot in self._slots)
 
     @property
@@ -125,66 +155,222 @@ class RailBus:
         return self._timeout_s
 
     @property
+    def queue_size(self) -> int:
+        """How many events each rail's queue holds before its oldest are dropped."""
+        return self._queue_size
+
+    @property
+    def drain_s(self) -> float:
+        """How long :meth:`drain` waits, by default, for the rails to catch up."""
+        return self._drain_s
+
+    @property
     def failure_count(self) -> int:
         """How many rail calls raised or timed out, all rails together."""
         return self.failures.total()
 
+    @property
+    def dropped_count(self) -> int:
+        """How many events rails never saw, all rails together."""
+        return self.dropped.total()
+
     async def emit(self, entries: Sequence[LedgerEntry], state: TaskState) -> None:
-        """Tell every rail about the phase boundaries among ``entries``.
+        """Queue the phase boundaries among ``entries`` for every rail; wait for none of them.
 
         Args:
             entries: The entries one append just wrote, in sequence order.
             state: The task's state after them.
 
         Raises:
-            BaseException: Only what is not an :class:`Exception` (a ``KeyboardInterrupt``, a
-                cancellation) escapes; a rail's exception is logged and counted.
+            BaseException: What a rail raised that is not an :class:`Exception` (a
+                ``KeyboardInterrupt``, say), if one did since the last emit; that rail gets no
+                more events. A rail's exception is logged and counted, never raised.
         """
         if not self._slots:
             return
-        async with self._turn():
-            for written in _written(entries, state):
-                await self._deliver(written, state.contract)
-                if isinstance(written.entry.event, TaskFinished):
-                    for slot in self._slots:
-                        slot.views.pop(written.entry.task_id, None)
+        self._raise_error()
+        lanes: tuple[_Lane, ...] = ()
+        for entry in written(entries, state):
+            try:
+                frame = frame_of(entry, state.contract)
+            except Exception:  # noqa: BLE001 - a value the codec cannot copy: rails miss it
+                _LOG.exception(
+                    "rails missed task %s seq %d: its entry could not be copied",
+                    entry.entry.task_id,
+                    entry.entry.seq,
+                )
+                for slot in self._slots:
+                    self.failures[slot.name] += len(entry.phases)
+                continue
+            lanes = lanes or self._lanes_here()
+            for phase in entry.phases:
+                item = (phase, frame)
+                for lane in lanes:
+                    self._put(lane, item)
+        for lane in lanes:
+            lane.poke()
 
-    def _turn(self) -> asyncio.Lock:
-        # One lock per event loop: a bus may serve several asyncio.run calls in turn, and a lock
-        # that once waited is bound to the loop it waited on.
-        loop = asyncio.get_running_loop()
-        if self._lock is None or self._lock_loop is not loop:
-            self._lock, self._lock_loop = asyncio.Lock(), loop
-        return self._lock
+    async def drain(self, timeout_s: float | None = None) -> None:
+        """Wait, at most ``timeout_s``, for every rail to see what was queued; drop the rest.
 
-    async def _deliver(self, written: _Written, contract: VerificationContract) -> None:
-        entry = written.entry
+        Called once at the end of a drive. What a rail has not seen by then (the event it is
+        on included) is dropped and counted in :attr:`dropped`, and the rails' tasks are
+        stopped, even when the call is cancelled. Draining a bus that has nothing queued
+        returns at once; the bus can be used again afterwards.
+
+        Args:
+            timeout_s: How long to wait; :attr:`drain_s` when not given.
+
+        Raises:
+            ValueError: ``timeout_s`` is not a number of seconds (zero or more).
+            BaseException: What a rail raised that is not an :class:`Exception`, if one did.
+        """
+        if timeout_s is not None and not _is_seconds(timeout_s):
+            raise ValueError(f"timeout_s must be a number of seconds (0 or more): {timeout_s!r}")
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            self._abandon()
         try:
-            entry_data = encode(entry)
-            record_data = (
-                encode(written.record)
-                if written.record is not None and not isinstance(entry.event, NodeDispatched)
-                else None
-            )
-        except Exception:  # noqa: BLE001 - a value the codec cannot copy: rails miss this entry
-            _LOG.exception(
-                "rails missed task %s seq %d: its entry could not be copied",
-                entry.task_id,
-                entry.seq,
-            )
-            for slot in self._slots:
-                self.failures[slot.name] += len(written.phases)
-            return
-        frame = _Frame(written, contract, entry_data, record_data)
-        for phase in written.phases:
-            for slot in self._slots:
-                await self._call(slot, phase, frame)
+            async with asyncio.timeout(self._drain_s if timeout_s is None else timeout_s):
+                for lane in self._lanes:
+                    if not lane.idle:
+                        if lane.settled is None:
+                            lane.settled = asyncio.get_running_loop().create_future()
+                        # Shielded: one drain cancelled must not cancel another's wait.
+                        await asyncio.shield(lane.settled)
+        except TimeoutError:
+            pass  # what is left is dropped below
+        finally:
+            await self._stop()
+        self._raise_error()
 
-    async def _call(self, slot: _Slot, phase: RailPhase, frame: _Frame) -> None:
+    # -- the lanes ------------------------------------------------------------------------
+
+    def _lanes_here(self) -> tuple[_Lane, ...]:
+        """The lanes of the running event loop, started now if this is its first event."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return self._lanes
+        self._abandon()
+        self._loop = loop
+        self._lanes = tuple(_Lane(slot) for slot in self._slots)
+        for lane in self._lanes:
+            lane.consumer = loop.create_task(self._consume(lane), name=f"pev-rail-{lane.slot.name}")
+            lane.consumer.add_done_callback(functools.partial(self._ended, lane))
+        return self._lanes
+
+    def _put(self, lane: _Lane, item: _Item) -> None:
+        if len(lane.items) >= self._queue_size:
+            self._drop(lane, lane.items.popleft())
+            if not lane.warned:
+                lane.warned = True
+                _LOG.warning(
+                    "rail %s is falling behind: its queue of %d events is full, so its oldest "
+                    "events are dropped (counted in RailBus.dropped)",
+                    lane.slot.name,
+                    self._queue_size,
+                    extra={"pev": {"rail": lane.slot.name, "queue_size": self._queue_size}},
+                )
+        lane.items.append(item)
+
+    def _drop(self, lane: _Lane, item: _Item) -> None:
+        self.dropped[lane.slot.name] += 1
+        entry = item[1].written.entry
+        if isinstance(entry.event, TaskFinished):
+            lane.slot.views.pop(entry.task_id, None)
+
+    async def _consume(self, lane: _Lane) -> None:
+        """Feed one rail from its queue, one event at a time, until cancelled."""
+        items, slot = lane.items, lane.slot
+        loop = asyncio.get_running_loop()
+        while True:
+            while items:
+                phase, frame = items.popleft()
+                lane.busy = True
+                try:
+                    await self._call(slot, phase, frame)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - carried to the engine's task
+                    # A KeyboardInterrupt or SystemExit escaping this task would stop the event
+                    # loop under the engine; it is raised again from the engine's next emit or
+                    # from drain, and this rail hears no more.
+                    lane.busy = False
+                    self._carry(lane, exc)
+                    return
+                lane.busy = False
+                entry = frame.written.entry
+                if isinstance(entry.event, TaskFinished):
+                    slot.views.pop(entry.task_id, None)
+            lane.settle()
+            lane.wake = wake = loop.create_future()
+            await wake
+
+    def _ended(self, lane: _Lane, consumer: asyncio.Task[None]) -> None:
+        lane.settle()  # nobody waits on a rail that is gone
+        if not consumer.cancelled():
+            error = consumer.exception()  # read, so that asyncio does not report it as unread
+            if error is not None:
+                self._carry(lane, error)
+
+    def _carry(self, lane: _Lane, error: BaseException) -> None:
+        """Keep what a rail raised that is not an Exception, for the engine's task to raise."""
+        if lane in self._lanes and self._error is None:
+            self._error = error
+
+    def _raise_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    async def _stop(self) -> None:
+        """Drop what the rails have not seen, and stop their tasks."""
+        lanes, self._lanes, self._loop = self._lanes, (), None
+        consumers = []
+        for lane in lanes:
+            self._give_up(lane, "the drive ended before the rail saw them")
+            if lane.consumer is not None and not lane.consumer.done():
+                lane.consumer.cancel()
+                consumers.append(lane.consumer)
+        if consumers:
+            _, stuck = await asyncio.wait(consumers, timeout=_STOP_GRACE_S)
+            for consumer in stuck:
+                _LOG.warning("rail task %s ignored its cancellation", consumer.get_name())
+
+    def _abandon(self) -> None:
+        """Forget the lanes of an event loop that is no longer the running one."""
+        lanes, self._lanes, self._loop, self._error = self._lanes, (), None, None
+        for lane in lanes:
+            self._give_up(lane, "their event loop ended before the rail saw them")
+            consumer = lane.consumer
+            if consumer is not None and not consumer.done():
+                loop = consumer.get_loop()
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(consumer.cancel)
+
+    def _give_up(self, lane: _Lane, why: str) -> None:
+        left = lane.left
+        if not left:
+            return
+        if lane.busy:
+            self.dropped[lane.slot.name] += 1
+        while lane.items:
+            self._drop(lane, lane.items.popleft())
+        lane.busy = False
+        _LOG.warning(
+            "rail %s missed %d events: %s (counted in RailBus.dropped)",
+            lane.slot.name,
+            left,
+            why,
+            extra={"pev": {"rail": lane.slot.name, "dropped": left}},
+        )
+
+    # -- one call -------------------------------------------------------------------------
+
+    async def _call(self, slot: _Slot, phase: RailPhase, frame: Frame) -> None:
         entry = frame.written.entry
         scope: asyncio.Timeout | None = None
         try:
-            event = _private_copy(slot, phase, frame)
+            event = private_copy(slot.views, phase, frame)
             result = slot.call(event)
             if inspect.isawaitable(result):
                 scope = asyncio.timeout(self._timeout_s)
@@ -216,6 +402,16 @@ class RailBus:
                 )
 
 
+def _is_seconds(value: object) -> bool:
+    """A finite, non-negative number of seconds (not a bool)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
 def _slot(rail: RailLike) -> _Slot:
     call = getattr(rail, "on_event", None)
     if call is None:
@@ -237,72 +433,3 @@ def _name_of(rail: object) -> str:
     if isinstance(qualname, str):
         return qualname
     return type(rail).__qualname__
-
-
-def _written(entries: Sequence[LedgerEntry], state: TaskState) -> Iterator[_Written]:
-    """The entries that mark rail phases, each with the plan in force once it was written.
-
-    ``state`` is the state after the whole batch, so an entry written before a revision that
-    started later in the same batch sees the revision before it.
-    """
-    revisions = state.revisions
-    later = sum(isinstance(entry.event, RevisionStarted) for entry in entries)
-    for entry in entries:
-        event = entry.event
-        if isinstance(event, RevisionStarted):
-            later -= 1
-        phases = PHASES_OF_EVENT.get(event.kind)
-        if not phases:
-            continue
-        index = len(revisions) - 1 - later
-        plan = revisions[index].plan if index >= 0 else None
-        record: ExecutionRecord | None = None
-        if isinstance(event, NodeDispatched):
-            record = event.record
-        elif isinstance(event, NodeFinished):
-            record = state.records.get(event.record_id)
-        yield _Written(entry=entry, phases=phases, plan=plan, record=record)
-
-
-def _private_copy(slot: _Slot, phase: RailPhase, frame: _Frame) -> RailEvent:
-    entry: LedgerEntry = decode(frame.entry_data, LedgerEntry)
-    view = _view(slot, entry.task_id, frame.contract, frame.written.plan)
-    record: ExecutionRecord | None = None
-    if isinstance(entry.event, NodeDispatched):
-        record = entry.event.record
-    elif frame.record_data is not None:
-        record = decode(frame.record_data, ExecutionRecord)
-    return RailEvent(
-        phase=phase,
-        task_id=entry.task_id,
-        seq=entry.seq,
-        at=entry.at,
-        event=entry.event,
-        contract=view.contract,
-        plan=view.plan,
-        tools=view.tools,
-        record=record,
-    )
-
-
-def _view(slot: _Slot, task_id: str, contract: VerificationContract, plan: Plan | None) -> _View:
-    """The rail's copy of the task's contract and plan, copied again when either changed."""
-    view = slot.views.get(task_id)
-    if view is not None and view.contract_source is contract and view.plan_source is plan:
-        return view
-    plan_copy: Plan | None = decode(encode(plan), Plan) if plan is not None else None
-    tools = (
-        {} if plan_copy is None else {n.id: n.tool for n in plan_copy.nodes if n.tool is not None}
-    )
-    view = _View(
-        contract_source=contract,
-        plan_source=plan,
-        contract=decode(encode(contract), VerificationContract),
-        plan=plan_copy,
-        tools=MappingProxyType(tools),
-    )
-    slot.views.pop(task_id, None)
-    slot.views[task_id] = view
-    if len(slot.views) > _MAX_VIEWS_PER_RAIL:
-        del slot.views[next(iter(slot.views))]
-    return view

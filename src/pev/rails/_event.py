@@ -20,7 +20,11 @@ class RailPhase(StrEnum):
 
     TASK_STARTED = "task_started"
     PLANNED = "planned"
+    PLAN_REJECTED = "plan_rejected"
     REVISION_STARTED = "revision_started"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVED = "approved"
+    REJECTED = "rejected"
     NODE_STARTED = "node_started"
     NODE_FINISHED = "node_finished"
     EXECUTED = "executed"
@@ -33,13 +37,18 @@ class RailPhase(StrEnum):
 
 # The phases each ledger event marks, by event kind, in the order rails see them. An accepted plan
 # is two boundaries at once: planning ended (planned) and the revision began (revision_started).
-# Every kind missing here (replan_started, plan_rejected, node_progressed, node_skipped,
-# record_reconciled, capture_failed, awaiting_replan, cancel_requested, driver_started) is
-# bookkeeping inside a phase, and no rail hears of it.
+# A rejected plan ends a planner call as well, and a revision may stop for a person's decision.
+# Every kind missing here (replan_started, node_progressed, node_skipped, record_reconciled,
+# capture_failed, awaiting_replan, cancel_requested, driver_started) is bookkeeping inside a
+# phase, and no rail hears of it.
 PHASES_OF_EVENT: Mapping[str, tuple[RailPhase, ...]] = MappingProxyType(
     {
         "task_created": (RailPhase.TASK_STARTED,),
         "revision_started": (RailPhase.PLANNED, RailPhase.REVISION_STARTED),
+        "plan_rejected": (RailPhase.PLAN_REJECTED,),
+        "approval_requested": (RailPhase.APPROVAL_REQUESTED,),
+        "approved": (RailPhase.APPROVED,),
+        "rejected": (RailPhase.REJECTED,),
         "node_dispatched": (RailPhase.NODE_STARTED,),
         "node_finished": (RailPhase.NODE_FINISHED,),
         "round_executed": (RailPhase.EXECUTED,),

@@ -8,6 +8,7 @@ all pybullet calls come from one thread in one order, and a seed replays exactly
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime
 
 from pev.engine import RunResult, run
@@ -15,7 +16,7 @@ from pev.experience import LessonBook
 from pev.kernel import Finish, GlobalReplan, LocalReplan, TaskStatus
 from pev.ledger import Store, TaskState
 from pev.model import VerificationContract, VerificationMode
-from pev.policy import RecoveryPolicy
+from pev.policy import Approval, RecoveryPolicy
 from pev.rails import RailLike
 from pev.sim._arm import SimArm, sim_tools
 from pev.sim._camera import Camera
@@ -51,6 +52,7 @@ async def run_demo(
     clock: Callable[[], datetime] | None = None,
     rails: Iterable[RailLike] = (),
     experience: LessonBook | None = None,
+    approve: bool = False,
 ) -> RunResult:
     """Run one demo task in a fresh simulated world, with ``fault`` armed on its devices.
 
@@ -62,6 +64,8 @@ async def run_demo(
         clock: The engine's clock, for tests.
         rails: Observers of the loop.
         experience: Lessons to plan with, and to record the task in (see ``pev.run``).
+        approve: Each revision that moves the arm waits for a person's approval
+            (``pev approve TASK`` from another terminal, docs/control.md).
 
     Raises:
         ValueError: An unknown fault name or a negative seed.
@@ -78,7 +82,7 @@ async def run_demo(
             verifier=PerceptionVerifier(camera),
             observer=SceneObserver(world, camera),
             contract=CONTRACT,
-            policy=POLICY,
+            policy=replace(POLICY, approval=Approval.ACTIONS) if approve else POLICY,
             store=store,
             clock=clock,
             rails=rails,

@@ -18,7 +18,6 @@ from pev.experience import Episode, Lesson, LessonStatus, lesson_terms, search_t
 from pev.kernel import deadline_passed
 from pev.ledger import (
     GENESIS_HASH,
-    TERMINAL_PHASES,
     EventSchema,
     Lease,
     LedgerEntry,
@@ -35,7 +34,7 @@ from pev.ledger._chain import raw_entry
 from pev.ledger._lease import is_free
 from pev.ledger._watch import TaskMark, WatchedStore
 from pev.model import TaskId
-from pev.stores._wakeups import Waiters
+from pev.stores._wakeups import UNCLAIMABLE_PHASES, TaskSignals, Waiters
 
 __all__ = ["MemoryStore"]
 
@@ -59,7 +58,13 @@ class MemoryStore(WatchedStore):
         self._lessons: dict[str, Lesson] = {}
         self._leases: dict[str, Lease] = {}
         self._waiters = Waiters()
+        self._appended = TaskSignals()
         self._closed = False
+
+    @property
+    def follow_poll_s(self) -> float:
+        """How often a follower reads anyway: 1 s, since every append is made here and heard."""
+        return 1.0
 
     async def append(
         self, entries: Sequence[LedgerEntry], summary: TaskSummary, *, fence: Lease | None = None
@@ -77,8 +82,6 @@ class MemoryStore(WatchedStore):
             check_batch(entries, summary, head_seq=head_seq, head_hash=head_hash)
             if first is not None:
                 self._leases[task_id] = first
-            elif not stored:
-                self._waiters.signal()  # a task no driver holds: a worker may claim it
             # In place: reads hand out copies, and a checked batch cannot fail half-way.
             self._entries.setdefault(task_id, stored).extend(entries)
             self._summaries[task_id] = summary
@@ -86,6 +89,11 @@ class MemoryStore(WatchedStore):
                 self._waiting.pop(task_id, None)
             else:
                 self._waiting[task_id] = summary.replan_deadline
+        if fence is None and summary.phase not in UNCLAIMABLE_PHASES:
+            # Written by no driver (a new task, an approval, a rejection, a cancel): a worker
+            # may claim the task now.
+            self._waiters.signal()
+        self._appended.signal(task_id)
 
     async def acquire_lease(
         self, task_id: str, owner: str, *, now: datetime, lease_s: float
@@ -110,7 +118,7 @@ class MemoryStore(WatchedStore):
             runnable = sorted(
                 (s.created_at, s.task_id)
                 for s in self._summaries.values()
-                if s.phase not in TERMINAL_PHASES and is_free(self._leases.get(s.task_id), now)
+                if s.phase not in UNCLAIMABLE_PHASES and is_free(self._leases.get(s.task_id), now)
             )
             taken: list[Lease] = []
             for _, task_id in runnable[:limit]:
@@ -136,12 +144,16 @@ class MemoryStore(WatchedStore):
             freed = released(self._leases.get(lease.task_id), lease, now=now)
             if freed is not None:
                 self._leases[lease.task_id] = freed
-                if self._summaries[lease.task_id].phase not in TERMINAL_PHASES:
+                if self._summaries[lease.task_id].phase not in UNCLAIMABLE_PHASES:
                     self._waiters.signal()  # left unfinished: a worker may go on with it
 
     def wakeups(self) -> AbstractAsyncContextManager[asyncio.Event]:
         """An event set when a task may have become runnable (see :class:`pev.ledger.Wakeups`)."""
         return self._waiters.watch()
+
+    def appended(self, task_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An event set once an append to ``task_id`` is made (see :class:`pev.ledger.Appends`)."""
+        return self._appended.follow(task_id)
 
     async def lease(self, task_id: str) -> Lease | None:
         """The task's current lease, or ``None``."""
@@ -194,7 +206,11 @@ class MemoryStore(WatchedStore):
         return tuple(rows[offset : offset + limit])
 
     async def overdue(self, now: datetime) -> tuple[TaskId, ...]:
-        """Tasks waiting for a replan whose deadline is at or before ``now``, earliest first."""
+        """Tasks waiting (for a replan or an approval) whose deadline is at or before ``now``.
+
+        Earliest deadline first: the index row's ``replan_deadline``, which holds the deadline of
+        whatever the task waits for.
+        """
         with self._lock:
             self._check_open()
             due = [(at, t) for t, at in self._waiting.items() if deadline_passed(now, at)]

@@ -8,6 +8,9 @@ lost race into :class:`~pev.errors.ConflictError`. Appends issued together share
 transaction, each in a subtransaction of its own (:mod:`pev.stores._group`). Events are kept as
 the canonical JSON text that was hashed, and triggers refuse any UPDATE, DELETE or TRUNCATE of
 them. Episodes and lessons are kept beside the ledgers (:mod:`pev.stores._postgres_lessons`).
+Every committed append notifies its task's followers, in any process
+(:mod:`pev.stores._postgres_follow`); an append written by no driver that leaves its task
+claimable wakes idle workers.
 
 The tables live in one PostgreSQL schema (``pev`` unless named), whose version is recorded; see
 :mod:`pev.stores._postgres_schema` for the tables and their migrations. Needs the ``postgres``
@@ -29,7 +32,6 @@ from pev.errors import (
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
     GENESIS_HASH,
-    TERMINAL_PHASES,
     Lease,
     LedgerEntry,
     RawEntry,
@@ -48,8 +50,10 @@ from pev.ledger._watch import TaskMark, WatchedStore
 from pev.model import TaskId
 from pev.stores._group import GroupCommit
 from pev.stores._postgres_db import Cursor, Database, TupleRow
+from pev.stores._postgres_follow import Followers
 from pev.stores._postgres_lessons import PostgresLessons
 from pev.stores._postgres_schema import RUNNABLE_TASKS
+from pev.stores._wakeups import UNCLAIMABLE_PHASES
 
 __all__ = ["PostgresStore"]
 
@@ -60,7 +64,7 @@ _APPEND = (
     "SELECT * FROM {s}.pev_append(%s::text, %s::bigint[], %s::text[], %s::integer[], "
     "%s::text[], %s::text[], %s::text[], %s::text[], %s::text, %s::text, %s::text, %s::text, "
     "%s::timestamptz, %s::timestamptz, %s::bigint, %s::text, %s::timestamptz, %s::text, "
-    "%s::bigint, %s::timestamptz, %s::text)"
+    "%s::bigint, %s::timestamptz, %s::text, %s::text)"
 )
 # The most appends one transaction holds. Each is a subtransaction that writes, and PostgreSQL
 # keeps the first 64 of a transaction where every other session's snapshot sees them at no cost;
@@ -80,8 +84,8 @@ _UPSERT_LEASE = (
 # Runnable tasks, oldest first, their index rows locked; rows another transaction holds (an
 # append, a lease change, another claim) are skipped. The lease read here may be older than the
 # lock (a lease taken and committed after this statement began), so it is read again after it.
-# The condition on the phase is the runnable-tasks index's own, spelled out, so that the search
-# reads only tasks that have not ended.
+# The condition on the phase is the claimable-tasks index's own, spelled out, so that the search
+# reads only tasks that have not ended and do not await approval.
 _LOCK_CLAIMABLE = (
     "SELECT t.task_id FROM {s}.pev_tasks t LEFT JOIN {s}.pev_leases l ON l.task_id = t.task_id "  # noqa: S608 - constants
     f"WHERE t.{RUNNABLE_TASKS} AND (l.task_id IS NULL OR l.expires_at <= %s) "
@@ -92,7 +96,8 @@ _SELECT_CLAIMED = (
     "SELECT t.task_id, t.phase, l.owner, l.epoch, l.expires_at FROM {s}.pev_tasks t "
     "LEFT JOIN {s}.pev_leases l ON l.task_id = t.task_id WHERE t.task_id = ANY(%s)"
 )
-_ENDED = frozenset(str(phase) for phase in TERMINAL_PHASES)
+# The phases in which a claim leaves a task, and whose lease released wakes no worker.
+_UNCLAIMABLE = frozenset(str(phase) for phase in UNCLAIMABLE_PHASES)
 _SUMMARY = (
     "SELECT task_id, phase, status, reason, title, created_at, updated_at, event_count, "
     "head_hash, replan_deadline FROM {s}.pev_tasks"
@@ -125,6 +130,8 @@ class PostgresStore(PostgresLessons, WatchedStore):
         WatchedStore.__init__(self)
         # The channel its writers NOTIFY and its workers LISTEN on (a name is at most 63 bytes).
         self._channel = f"pev:{self._db.schema}"[:63]
+        # The channel every committed append NOTIFYs with its task's id, for followers.
+        self._followers = Followers(self._db, f"pev_events:{self._db.schema}"[:63])
         self._appends: GroupCommit[tuple[object, ...], TupleRow | None] = GroupCommit(
             self._commit_appends, limit=_GROUP_LIMIT
         )
@@ -214,6 +221,7 @@ class PostgresStore(PostgresLessons, WatchedStore):
                 fence.epoch if fence else None,
                 fence.expires_at if fence else None,
                 self._channel,
+                self._followers.channel,
             )
         )
         if row is None:
@@ -247,6 +255,8 @@ class PostgresStore(PostgresLessons, WatchedStore):
         answered: list[TupleRow | BaseException | None] = [None] * len(appends)
         for index, row in zip(order, rows, strict=True):
             answered[index] = row
+            if row is not None and row[0] == "ok":  # committed: its followers may read it
+                self._followers.signal(str(appends[index][0]))
         return answered
 
     async def acquire_lease(
@@ -272,7 +282,8 @@ class PostgresStore(PostgresLessons, WatchedStore):
         The tasks' index rows are locked ``FOR UPDATE SKIP LOCKED``, the lock every lease change
         and append of a task takes first, so concurrent claimers lock disjoint tasks. Each
         locked task's phase and lease are read again under its lock: one whose lease was taken
-        (or that ended) after the search began is left, and the search goes on past it.
+        (or that ended, or came to await approval) after the search began is left, and the
+        search goes on past it.
         """
         if limit <= 0:
             return ()
@@ -294,8 +305,8 @@ class PostgresStore(PostgresLessons, WatchedStore):
                     current = _lease_from(
                         task_id, None if lease_row[0] is None else tuple(lease_row)
                     )
-                    if str(phase) in _ENDED or not is_free(current, now):
-                        stale = True  # taken or ended meanwhile: look further
+                    if str(phase) in _UNCLAIMABLE or not is_free(current, now):
+                        stale = True  # taken, ended or awaiting approval meanwhile: look further
                         continue
                     lease = acquired(current, task_id, owner, now=now, lease_s=lease_s)
                     await self._keep_lease(cur, lease)
@@ -326,7 +337,7 @@ class PostgresStore(PostgresLessons, WatchedStore):
             freed = released(await self._lease_of(cur, lease.task_id), lease, now=now)
             if freed is not None:
                 await self._keep_lease(cur, freed)
-                if task is not None and str(task[2]) not in _ENDED:
+                if task is not None and str(task[2]) not in _UNCLAIMABLE:
                     await self._wake(cur)  # left unfinished: a worker may go on with it
 
         await self._db.write(work)
@@ -339,6 +350,28 @@ class PostgresStore(PostgresLessons, WatchedStore):
         whenever listening (re)starts, since signals may have been missed before.
         """
         return self._db.notifications(self._channel)
+
+    @property
+    def follow_poll_s(self) -> float:
+        """How often a follower reads anyway: every second, since it hears every process.
+
+        Every committed append notifies the followers of its task, in any process
+        (``LISTEN``/``NOTIFY``); the reads only cover a listening connection being made again.
+        """
+        return 1.0
+
+    def appended(self, task_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An event set once an append to ``task_id`` commits, in any process.
+
+        See :class:`pev.ledger.Appends`. Each append notifies the schema's events channel with
+        its task's id in its own transaction; while anyone in this process follows a task, one
+        connection per event loop listens on it (:mod:`pev.stores._postgres_follow`). This
+        store's own appends set the event as soon as they commit.
+
+        Raises:
+            StoreError: The database cannot be reached, or is not a pev schema of this version.
+        """
+        return self._followers.follow(task_id)
 
     async def _wake(self, cur: Cursor) -> None:
         """Signal the store's listeners when this transaction commits."""
@@ -414,7 +447,11 @@ class PostgresStore(PostgresLessons, WatchedStore):
         return tuple(_summary_from_row(row) for row in await self._db.query(query, params))
 
     async def overdue(self, now: datetime) -> tuple[TaskId, ...]:
-        """Tasks waiting for a replan whose deadline is at or before ``now``, earliest first."""
+        """Tasks waiting (for a replan or an approval) whose deadline is at or before ``now``.
+
+        Earliest deadline first: the index row's ``replan_deadline``, which holds the deadline of
+        whatever the task waits for.
+        """
         rows = await self._db.query(
             "SELECT task_id FROM {s}.pev_tasks WHERE replan_deadline IS NOT NULL "
             "AND replan_deadline <= %s ORDER BY replan_deadline, task_id",

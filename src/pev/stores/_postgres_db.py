@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -256,38 +255,69 @@ class Database:
         except psycopg.Error as exc:
             raise StoreError(f"a write to {self._location} failed: {_line(exc)}") from exc
 
+    async def connect(self) -> None:
+        """Open the pool now (preparing the schema), as the first use of the store would.
+
+        Raises:
+            StoreError: The database cannot be reached, or is not a pev schema of this version.
+        """
+        await self._ready()
+
     @contextlib.asynccontextmanager
     async def notifications(self, channel: str) -> AsyncIterator[asyncio.Event]:
         """While the block runs, an event set on every notification on ``channel``.
 
-        A connection of its own, outside the pool, ``LISTEN``s; when it fails, the listener
-        logs it and connects again, backing off, and sets the event once it listens again
-        (notifications sent meanwhile are lost, so the waiter should look).
+        A connection of its own, outside the pool, ``LISTEN``s (see :meth:`listen`), and sets
+        the event once it listens, again after each reconnection (notifications sent meanwhile
+        are lost, so the waiter should look).
 
         Raises:
             StoreError: The database cannot be reached, or is not a pev schema of this version.
         """
         await self._ready()  # fail here, at once, as any other use of the store would
-        listen = functools.partial(self._listen, channel)
+
+        async def listen(event: asyncio.Event) -> None:
+            await self.listen(
+                channel, what="runnable tasks", listening=event.set, heard=lambda _: event.set()
+            )
+
         async with watched(listen, name=f"pev-listen-{channel}") as event:
             yield event
 
-    async def _listen(self, channel: str, event: asyncio.Event) -> None:
-        """Set ``event`` on each notification on ``channel``, reconnecting until cancelled."""
+    async def listen(
+        self,
+        channel: str,
+        *,
+        what: str,
+        listening: Callable[[], None],
+        heard: Callable[[str], None],
+    ) -> None:
+        """``LISTEN`` on ``channel`` on a connection of its own, outside the pool, until cancelled.
+
+        When the connection fails, logs it and connects again, backing off (0.1 s at first,
+        doubling up to 30 s).
+
+        Args:
+            channel: The channel.
+            what: What it listens for, for the log.
+            listening: Called each time it starts listening, first and after each reconnection:
+                what was notified while it did not listen is lost.
+            heard: Called with the payload of each notification.
+        """
         delay = 0.1
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(self._url, **self._connect)
                 async with conn:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                    event.set()
+                    listening()
                     delay = 0.1
-                    async for _ in conn.notifies():
-                        event.set()
+                    async for notify in conn.notifies():
+                        heard(notify.payload)
             except psycopg.Error as exc:
                 log.warning(
-                    "listening for runnable tasks on %s failed (%s); trying again in %.1f s, "
-                    "polling meanwhile",
+                    "listening for %s on %s failed (%s); trying again in %.1f s, polling meanwhile",
+                    what,
                     self._location,
                     _line(exc),
                     delay,

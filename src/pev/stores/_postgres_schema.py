@@ -21,7 +21,7 @@ from psycopg import AsyncCursor, errors
 from psycopg.rows import TupleRow
 
 from pev.errors import SchemaVersionError, StoreError, UsageError
-from pev.ledger import GENESIS_HASH
+from pev.stores._postgres_append import APPEND_V5, APPEND_V6, DROP_APPEND_V5
 
 __all__ = [
     "MIGRATIONS",
@@ -59,94 +59,17 @@ class Migration:
     statements: tuple[str, ...]
 
 
-RUNNABLE_TASKS = "phase NOT IN ('cancelled', 'failed', 'partial', 'succeeded')"
-"""The condition of the ``pev_tasks_runnable`` index (version 4): tasks that have not ended."""
+RUNNABLE_TASKS = "phase NOT IN ('awaiting_approval', 'cancelled', 'failed', 'partial', 'succeeded')"
+"""The condition of the ``pev_tasks_claimable`` index (version 6): the tasks a worker may claim
+unless another holds their lease, those that have not ended and do not await approval.
 
-# An append in one statement (version 5): one round trip, and a batch of them (pipelined between
-# BEGIN and COMMIT) one round trip too. It takes the task's index row lock (every write of a task
-# takes it first), checks under it the fence and that the batch follows the stored head, writing
-# nothing when either fails ('refused', with the head and the lease it found, from which the
-# store raises the very error its checks in Python name), then writes the events, the index row
-# and a new task's lease. All of it runs in a block with an exception handler, a subtransaction:
-# an error there (a sequence number another writer took: 'conflict'; anything else, a lock
-# timeout say: 'failed' with its message) rolls back this append alone, never the other appends
-# of the transaction it runs in: a savepoint per append. (OR REPLACE: the step also applies over
-# a function left by a schema whose version was set back.)
-_APPEND_FUNCTION = """CREATE OR REPLACE FUNCTION {s}.pev_append(
-        p_task_id text, p_seqs bigint[], p_ats text[], p_schemas integer[], p_kinds text[],
-        p_events text[], p_prev_hashes text[], p_hashes text[],
-        p_phase text, p_status text, p_reason text, p_title text, p_created_at timestamptz,
-        p_updated_at timestamptz, p_event_count bigint, p_head_hash text,
-        p_replan_deadline timestamptz,
-        p_owner text, p_epoch bigint, p_expires_at timestamptz, p_channel text,
-        OUT outcome text, OUT detail text, OUT head_seq bigint, OUT head_hash text,
-        OUT lease_owner text, OUT lease_epoch bigint, OUT lease_expires_at timestamptz
-    ) LANGUAGE plpgsql AS $$
-    DECLARE
-        known boolean;
-        listed boolean;
-    BEGIN
-        SELECT t.event_count, t.head_hash,
-               t.phase = p_phase AND t.status IS NOT DISTINCT FROM p_status
-               AND t.reason IS NOT DISTINCT FROM p_reason AND t.title = p_title
-               AND t.replan_deadline IS NOT DISTINCT FROM p_replan_deadline
-          INTO head_seq, head_hash, listed
-          FROM {s}.pev_tasks t WHERE t.task_id = p_task_id FOR UPDATE;
-        known := FOUND;
-        IF p_owner IS NOT NULL THEN
-            SELECT l.owner, l.epoch, l.expires_at
-              INTO lease_owner, lease_epoch, lease_expires_at
-              FROM {s}.pev_leases l WHERE l.task_id = p_task_id;
-            IF (known AND (lease_owner IS DISTINCT FROM p_owner
-                           OR lease_epoch IS DISTINCT FROM p_epoch))
-               OR (NOT known AND (lease_owner IS NOT NULL OR p_epoch <> 1)) THEN
-                outcome := 'refused';
-                RETURN;
-            END IF;
-        END IF;
-        IF (known AND (head_seq <> p_seqs[1] - 1 OR head_hash <> p_prev_hashes[1]))
-           OR (NOT known AND (p_seqs[1] <> 1 OR p_prev_hashes[1] <> '{genesis}')) THEN
-            outcome := 'refused';
-            RETURN;
-        END IF;
-        INSERT INTO {s}.pev_events (task_id, seq, at, schema, kind, event, prev_hash, hash)
-        SELECT p_task_id, e.seq, e.at, e.schema, e.kind, e.event, e.prev_hash, e.hash
-          FROM unnest(p_seqs, p_ats, p_schemas, p_kinds, p_events, p_prev_hashes, p_hashes)
-            AS e (seq, at, schema, kind, event, prev_hash, hash);
-        IF known AND listed THEN
-            -- Most appends move only the head: the row's indexed columns stay as they are.
-            UPDATE {s}.pev_tasks
-               SET updated_at = p_updated_at, event_count = p_event_count,
-                   head_hash = p_head_hash
-             WHERE task_id = p_task_id;
-        ELSE
-            INSERT INTO {s}.pev_tasks (task_id, phase, status, reason, title, created_at,
-                                       updated_at, event_count, head_hash, replan_deadline)
-            VALUES (p_task_id, p_phase, p_status, p_reason, p_title, p_created_at,
-                    p_updated_at, p_event_count, p_head_hash, p_replan_deadline)
-            ON CONFLICT (task_id) DO UPDATE SET phase = excluded.phase,
-                status = excluded.status, reason = excluded.reason, title = excluded.title,
-                updated_at = excluded.updated_at, event_count = excluded.event_count,
-                head_hash = excluded.head_hash, replan_deadline = excluded.replan_deadline;
-        END IF;
-        IF NOT known AND p_owner IS NOT NULL THEN
-            -- A task created under a lease takes it with the task (pev.ledger.fenced).
-            INSERT INTO {s}.pev_leases (task_id, owner, epoch, expires_at)
-            VALUES (p_task_id, p_owner, p_epoch, p_expires_at)
-            ON CONFLICT (task_id) DO UPDATE SET owner = excluded.owner,
-                epoch = excluded.epoch, expires_at = excluded.expires_at;
-        ELSIF NOT known THEN
-            PERFORM pg_notify(p_channel, '');  -- a task no driver holds: a worker may claim it
-        END IF;
-        outcome := 'ok';
-    EXCEPTION
-        WHEN unique_violation THEN
-            outcome := 'conflict';
-        WHEN OTHERS THEN
-            outcome := 'failed';
-            detail := SQLERRM;
-    END
-    $$""".replace("{genesis}", GENESIS_HASH)
+A claim's query spells it out the same way, so that the planner uses the index; changing it takes
+a new migration, which replaces the index."""
+
+# The condition of the ``pev_tasks_runnable`` index (version 4, dropped by 6): tasks that have not
+# ended. It let claims take a task awaiting approval.
+_NOT_ENDED = "phase NOT IN ('cancelled', 'failed', 'partial', 'succeeded')"
+
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -247,13 +170,27 @@ MIGRATIONS: tuple[Migration, ...] = (
             # A claim's search reads only tasks that may run, however many have ended. Its
             # query spells out the same condition, so the planner can use it.
             "CREATE INDEX pev_tasks_runnable ON {s}.pev_tasks (created_at, task_id) WHERE "
-            + RUNNABLE_TASKS,
+            + _NOT_ENDED,
         ),
     ),
     Migration(
         5,
         "appends: one statement that checks and writes an append",
-        (_APPEND_FUNCTION,),
+        (APPEND_V5,),
+    ),
+    Migration(
+        6,
+        "approvals and followers: claims skip tasks awaiting approval; appends notify followers",
+        (
+            # The function's arguments change (the events channel): the old one goes first.
+            DROP_APPEND_V5,
+            APPEND_V6,
+            # Claims never take a task awaiting approval: it holds no lease while it waits. (IF
+            # EXISTS, IF NOT EXISTS: as OR REPLACE above, for a schema whose version was set back.)
+            "DROP INDEX IF EXISTS {s}.pev_tasks_runnable",
+            "CREATE INDEX IF NOT EXISTS pev_tasks_claimable ON {s}.pev_tasks (created_at, task_id) "
+            "WHERE " + RUNNABLE_TASKS,
+        ),
     ),
 )
 

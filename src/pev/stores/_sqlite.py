@@ -14,11 +14,13 @@ The same file keeps experience (docs/design.md §8, :mod:`pev.stores._sqlite_les
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -47,6 +49,7 @@ from pev.model import TaskId
 from pev.stores._group import GroupCommit
 from pev.stores._sqlite_db import RUNNABLE_TASKS, SQLiteDatabase, query_rows
 from pev.stores._sqlite_lessons import SQLiteLessons
+from pev.stores._wakeups import UNCLAIMABLE_PHASES, TaskSignals, Waiters
 
 __all__ = ["SQLiteStore"]
 
@@ -96,17 +99,29 @@ _SELECT_MARKS = (
 
 # How often a waiting worker's store looks for another connection's commits.
 _WATCH_S = 0.05
+# How often a follower reads a task's ledger anyway (other processes' appends go unheard).
+_FOLLOW_POLL_S = 0.05
 
 # The most appends one commit holds: a burst of thousands is committed a few hundred at a time,
 # so that no transaction (nor the write lock other processes wait for) grows without bound.
 _GROUP_LIMIT = 256
 
-# Runnable tasks, oldest first: not ended (through the runnable-tasks index), lease free at `now`.
+# Runnable tasks, oldest first: not ended nor awaiting approval (through the claimable-tasks
+# index), lease free at `now`.
 _SELECT_CLAIMABLE = (
     "SELECT t.task_id, l.owner, l.epoch, l.expires_at FROM pev_tasks t "  # noqa: S608 - constants
     f"LEFT JOIN pev_leases l ON l.task_id = t.task_id WHERE t.{RUNNABLE_TASKS} "
     "AND (l.task_id IS NULL OR l.expires_at <= ?) ORDER BY t.created_at, t.task_id LIMIT ?"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class _Append:
+    """An append waiting for its group's commit, and whom to tell once it is committed."""
+
+    task_id: str
+    work: Callable[[sqlite3.Connection], None]
+    wakes: bool  # written by no driver, it leaves its task claimable: idle workers may take it
 
 
 def _lease_of(conn: sqlite3.Connection, task_id: str) -> Lease | None:
@@ -184,9 +199,11 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
     ) -> None:
         super().__init__(SQLiteDatabase(path, busy_timeout_s=busy_timeout_s, offload=offload))
         WatchedStore.__init__(self)
-        self._appends: GroupCommit[Callable[[sqlite3.Connection], None], None] = GroupCommit(
-            self._db.together, limit=_GROUP_LIMIT
+        self._appends: GroupCommit[_Append, None] = GroupCommit(
+            self._commit_appends, limit=_GROUP_LIMIT
         )
+        self._appended = TaskSignals()
+        self._waiters = Waiters()
 
     @property
     def location(self) -> str:
@@ -203,11 +220,36 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
 
         No process can signal another through an SQLite file, so this watches the file itself:
         the event is set whenever another connection has committed (``PRAGMA data_version``,
-        read every 50 ms without taking a lock), which covers every new task and every lease
-        released, and more (each commit of a busy fleet). An idle worker so finds a new task
-        within about 50 ms, at the cost of a few reads a second.
+        read every 50 ms without taking a lock), which covers every new task, approval,
+        rejection, cancel and lease released by another process, and more (each commit of a
+        busy fleet). An idle worker so finds a new task within about 50 ms, at the cost of a few
+        reads a second. A connection does not see its own commits change ``data_version``, so
+        this store's own appends that leave a task claimable without a driver (a task
+        submitted, approved, rejected or cancelled through it) set the event directly.
         """
-        return self._db.changes(_WATCH_S)
+        return self._woken()
+
+    @contextlib.asynccontextmanager
+    async def _woken(self) -> AsyncIterator[asyncio.Event]:
+        async with self._db.changes(_WATCH_S) as changed, self._waiters.watch(changed):
+            yield changed
+
+    @property
+    def follow_poll_s(self) -> float:
+        """How often a follower reads anyway: every 50 ms.
+
+        This store tells followers of its own appends at once, but another process's append
+        can only be found by reading the file.
+        """
+        return _FOLLOW_POLL_S
+
+    def appended(self, task_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An event set once an append to ``task_id`` commits (see :class:`pev.ledger.Appends`).
+
+        Set by the appends of this store object, from any thread, once their group's commit has
+        succeeded; other processes' appends are found by the follower's reads.
+        """
+        return self._appended.follow(task_id)
 
     async def close(self) -> None:
         """Close the database and its thread; the store is unusable afterwards."""
@@ -274,7 +316,22 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
             if first is not None:
                 _keep_lease(conn, first)
 
-        await self._appends.submit(work)
+        task_id = entries[0].task_id if entries else ""
+        wakes = fence is None and summary.phase not in UNCLAIMABLE_PHASES
+        await self._appends.submit(_Append(task_id, work, wakes))
+
+    async def _commit_appends(self, appends: Sequence[_Append]) -> list[BaseException | None]:
+        """Commit appends together, in one transaction; then tell whom each one written concerns.
+
+        Its task's followers, and the idle workers when it left its task claimable.
+        """
+        outcomes = await self._db.together([append.work for append in appends])
+        for append, outcome in zip(appends, outcomes, strict=True):
+            if not isinstance(outcome, BaseException):
+                self._appended.signal(append.task_id)
+                if append.wakes:
+                    self._waiters.signal()
+        return outcomes
 
     async def acquire_lease(
         self, task_id: str, owner: str, *, now: datetime, lease_s: float
@@ -415,7 +472,11 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
         return tuple(_summary_from_row(row) for row in rows)
 
     async def overdue(self, now: datetime) -> tuple[TaskId, ...]:
-        """Tasks waiting for a replan whose deadline is at or before ``now``, earliest first."""
+        """Tasks waiting (for a replan or an approval) whose deadline is at or before ``now``.
+
+        Earliest deadline first: the index row's ``replan_deadline``, which holds the deadline of
+        whatever the task waits for.
+        """
         query = (
             "SELECT task_id FROM pev_tasks WHERE replan_deadline IS NOT NULL "
             "AND replan_deadline <= ? ORDER BY replan_deadline"

@@ -50,9 +50,11 @@ log = logging.getLogger("pev.stores")
 _FIRST_RETRY_S = 0.0005
 _LAST_RETRY_S = 0.01
 
-# Tasks that have not ended: the condition of the pev_tasks_runnable index, which a claim's query
-# spells out the same way so that SQLite uses it (a file opened without the index gets it then).
-RUNNABLE_TASKS = "phase NOT IN ('cancelled', 'failed', 'partial', 'succeeded')"
+# Tasks a worker may claim, unless another holds their lease: those that have not ended and do
+# not wait for a person's approval (UNCLAIMABLE_PHASES). The condition of the pev_tasks_claimable
+# index, which a claim's query spells out the same way so that SQLite uses it (a file opened
+# without the index gets it then).
+RUNNABLE_TASKS = "phase NOT IN ('awaiting_approval', 'cancelled', 'failed', 'partial', 'succeeded')"
 
 # Marks a database file as a pev ledger (PRAGMA application_id): "pev1".
 _APPLICATION_ID = 0x70657631
@@ -93,8 +95,8 @@ CREATE INDEX IF NOT EXISTS pev_tasks_by_created ON pev_tasks (created_at DESC, t
 CREATE INDEX IF NOT EXISTS pev_tasks_by_phase ON pev_tasks (phase, created_at DESC);
 CREATE INDEX IF NOT EXISTS pev_tasks_waiting ON pev_tasks (replan_deadline)
     WHERE replan_deadline IS NOT NULL;
-CREATE INDEX IF NOT EXISTS pev_tasks_runnable ON pev_tasks (created_at, task_id)
-    WHERE phase NOT IN ('cancelled', 'failed', 'partial', 'succeeded');
+CREATE INDEX IF NOT EXISTS pev_tasks_claimable ON pev_tasks (created_at, task_id)
+    WHERE phase NOT IN ('awaiting_approval', 'cancelled', 'failed', 'partial', 'succeeded');
 CREATE TABLE IF NOT EXISTS pev_leases (
     task_id    TEXT PRIMARY KEY,
     owner      TEXT    NOT NULL,
@@ -129,10 +131,20 @@ CREATE TABLE IF NOT EXISTS pev_lessons (
 # The full-text index of the lessons' search terms; its rowid is the lesson row's rowid.
 _CREATE_FTS = "CREATE VIRTUAL TABLE IF NOT EXISTS pev_lessons_fts USING fts5(terms)"
 
-# Every table, index and trigger the schemas create: a file holding them all needs no write to
-# be opened.
+# What files made by an older pev hold and this one drops when it opens them: the index of the
+# tasks that have not ended, whose condition let claims take a task awaiting approval
+# (pev_tasks_claimable replaces it).
+_RETIRED_SCHEMA = """
+DROP INDEX IF EXISTS pev_tasks_runnable;
+"""
+
+# Every table, index and trigger the schemas create, and those they drop: a file holding all of
+# the first and none of the second needs no write to be opened.
 _SCHEMA_OBJECTS = frozenset(
     re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) IF NOT EXISTS (\w+)", _SCHEMA + _EXPERIENCE_SCHEMA)
+)
+_RETIRED_OBJECTS = frozenset(
+    re.findall(r"DROP (?:TABLE|INDEX|TRIGGER) IF EXISTS (\w+)", _RETIRED_SCHEMA)
 )
 
 
@@ -227,7 +239,7 @@ class SQLiteDatabase:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._check_schema_version(conn)
-                for statement in (_SCHEMA + _EXPERIENCE_SCHEMA).split(";\n"):
+                for statement in (_SCHEMA + _EXPERIENCE_SCHEMA + _RETIRED_SCHEMA).split(";\n"):
                     if statement.strip():
                         conn.execute(statement)
                 self._full_text = self._prepare_fts(conn)
@@ -248,11 +260,11 @@ class SQLiteDatabase:
             raise unreadable(self._location, exc) from exc
 
     def _is_current(self, conn: sqlite3.Connection) -> bool:
-        """Whether the file already holds every table, index and trigger, at this version."""
+        """Whether the file holds every table, index and trigger, none retired, at this version."""
         found = {
             row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'pev_%'")
         }
-        if not found >= _SCHEMA_OBJECTS:
+        if not found >= _SCHEMA_OBJECTS or found & _RETIRED_OBJECTS:
             return False
         self._check_schema_version(conn)
         if "pev_lessons_fts" not in found:

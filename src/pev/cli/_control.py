@@ -1,0 +1,194 @@
+"""`pev events`, `pev approve` and `pev reject`: follow a task and decide on it, from any terminal.
+
+``pev events TASK --follow`` prints a task's events as its ledger grows (docs/control.md);
+``pev approve`` and ``pev reject`` write a person's decision on the revision a task awaits
+approval for, which its driver, a worker or ``pev resume`` acts on in whatever process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Sequence
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from pev import codec, engine
+from pev.cli._common import BadArgument, on_ledger, resolve_task_id, text_option
+from pev.cli._progress import progress_line
+from pev.cli._render import STATUS_STYLE, task_heading
+from pev.errors import StateError, UsageError
+from pev.ledger import Ledger, LedgerEntry, TaskState, follow
+from pev.rails import RailEvents
+
+__all__ = ["approve_command", "event_line", "events_command", "reject_command"]
+
+
+def event_line(entry: LedgerEntry, rails: RailEvents) -> str:
+    """One entry as a line: sequence number, time (UTC), kind, and what it says, if anything.
+
+    ``rails`` is fed every entry of the task in order: it knows the plan and records each
+    entry's summary needs.
+    """
+    said = " ".join(
+        line.plain.strip()
+        for event in rails.feed((entry,))
+        if (line := progress_line(event)) is not None
+    )
+    text = f"{entry.seq:>5}  {entry.at.isoformat(timespec='milliseconds')}  {entry.event.kind}"
+    return f"{text}  {said}" if said else text
+
+
+def _json_line(entry: LedgerEntry) -> str:
+    return json.dumps(
+        {
+            "task_id": entry.task_id,
+            "seq": entry.seq,
+            "at": entry.at.isoformat(),
+            "kind": entry.event.kind,
+            "event": codec.encode(entry.event),
+            "hash": entry.hash,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+@click.command("events")
+@click.argument("task_id", metavar="TASK")
+@click.option(
+    "--follow", "-f", "following", is_flag=True, help="Keep printing events until the task ends."
+)
+@click.option(
+    "--after",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Only the events after this sequence number.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per event, per line.")
+@click.pass_obj
+def events_command(db: str, task_id: str, following: bool, after: int, as_json: bool) -> None:
+    """Print a task's events (id or unique prefix), one per line, oldest first.
+
+    With --follow, keep printing them as the ledger grows, from any process's writes, until the
+    task ends (PostgreSQL tells followers of each write; an SQLite file is read every 50 ms).
+    Each --json line holds task_id, seq, at, kind, event (the event as the ledger encodes it)
+    and hash.
+    """
+
+    async def printed(ledger: Ledger) -> None:
+        full_id = await resolve_task_id(ledger, task_id)
+        rails = RailEvents()
+
+        def echo(entries: Sequence[LedgerEntry]) -> None:
+            for entry in entries:
+                line = _json_line(entry) if as_json else event_line(entry, rails)
+                if entry.seq > after:
+                    click.echo(line)
+
+        if not following:
+            echo(await ledger.entries(full_id))
+            return
+        # Every entry is read (the lines need the plan), only those after --after printed.
+        async with contextlib.aclosing(follow(ledger.store, full_id)) as batches:
+            async for batch in batches:
+                echo(batch)
+
+    on_ledger(db, printed)
+
+
+def _decided(
+    db: str, task_id: str, decide: str, *, by: str | None, text: str, revision: int | None
+) -> TaskState:
+    async def write(ledger: Ledger) -> TaskState:
+        full_id = await resolve_task_id(ledger, task_id)
+        try:
+            if decide == "approve":
+                return await engine.approve(
+                    full_id, store=ledger.store, by=by, note=text, revision=revision
+                )
+            return await engine.reject(full_id, text, store=ledger.store, by=by, revision=revision)
+        except UsageError as exc:
+            raise BadArgument(str(exc)) from exc
+        except StateError as exc:
+            state = await ledger.state(full_id)
+            if state.finished is not None:
+                ending = f"{state.finished.status}/{state.finished.reason}"
+                raise BadArgument(
+                    f"task {full_id} has ended ({ending}): nothing to {decide}"
+                ) from exc
+            raise BadArgument(str(exc)) from exc
+
+    return on_ledger(db, write)
+
+
+def _decision_report(state: TaskState, verb: str) -> Text:
+    line = task_heading(state.task_id)
+    review = state.reviews[-1]
+    line.append(f": revision {review.revision} {verb} by {review.by}; ")
+    if state.finished is not None:
+        finished = state.finished
+        line.append(f"{finished.status}/{finished.reason}", style=STATUS_STYLE[finished.status])
+    elif state.phase == "executing":
+        line.append("its driver dispatches it now (a worker, or `pev resume`, if none waits)")
+    else:
+        line.append(f"{state.phase}: the planner is told why (a worker or `pev resume` goes on)")
+    return line
+
+
+_BY = click.option(
+    "--by",
+    default=None,
+    callback=text_option,
+    help="Who decides, kept in the ledger. [default: your user name]",
+)
+_REVISION = click.option(
+    "--revision",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The revision you looked at: refused if the task awaits another one.",
+)
+
+
+@click.command("approve")
+@click.argument("task_id", metavar="TASK")
+@click.option("--note", default="", callback=text_option, help="What you add; kept in the ledger.")
+@_BY
+@_REVISION
+@click.pass_obj
+def approve_command(db: str, task_id: str, note: str, by: str | None, revision: int | None) -> None:
+    """Approve the revision a task (id or unique prefix) awaits approval for.
+
+    Look at its plan first with `pev show TASK`. The task's driver dispatches the revision as
+    planned: the process of `pev run` that waits for it, else a worker or `pev resume`.
+    Exit 2 if the task is not awaiting approval (of --revision, when given).
+    """
+    state = _decided(db, task_id, "approve", by=by, text=note, revision=revision)
+    Console().print(_decision_report(state, "approved"), soft_wrap=True)
+
+
+@click.command("reject")
+@click.argument("task_id", metavar="TASK")
+@click.option(
+    "--reason",
+    required=True,
+    callback=text_option,
+    help="Why, in words the planner can act on; kept in the ledger.",
+)
+@_BY
+@_REVISION
+@click.pass_obj
+def reject_command(
+    db: str, task_id: str, reason: str, by: str | None, revision: int | None
+) -> None:
+    """Reject the revision a task (id or unique prefix) awaits approval for; none of it runs.
+
+    The reason goes to the planner as a rejected plan's problems do: in recovery mode the task
+    is planned again while a replan is left, else it ends failed/rejected. Exit 2 if the task
+    is not awaiting approval (of --revision, when given).
+    """
+    state = _decided(db, task_id, "reject", by=by, text=reason, revision=revision)
+    Console().print(_decision_report(state, "rejected"), soft_wrap=True)
