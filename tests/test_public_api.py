@@ -277,7 +277,6 @@ PUBLIC = {
         "Resources",
         "RunResult",
         "Secret",
-        "Starting",
         "TaskHandle",
         "Tool",
         "ToolExecutor",

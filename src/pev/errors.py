@@ -208,10 +208,14 @@ class ConflictError(StoreError):
     """
 
     def __init__(self, task_id: str, seq: int) -> None:
-        super().__init__(
-            f"task {task_id}: sequence number {seq} was appended by another writer first; "
-            "re-read the task and decide again"
-        )
+        if seq == 1:
+            text = f"a task with id {task_id} exists already: give the new task another id"
+        else:
+            text = (
+                f"task {task_id}: sequence number {seq} was appended by another writer first; "
+                "re-read the task and decide again"
+            )
+        super().__init__(text)
         self.task_id = task_id
         self.seq = seq
 

@@ -50,7 +50,7 @@ def chain(length: int) -> Plan:
     )
 
 
-def start(store: pev.Store, **options: object) -> pev.engine.Starting:
+def start(store: pev.Store, **options: object) -> pev.TaskHandle:
     """``pev.start`` a counting task that is re-planned once (so it has two revisions)."""
     options.setdefault(
         "verifier",
@@ -208,16 +208,39 @@ async def test_a_stream_left_early_stops_listening() -> None:
 
 
 async def test_start_refuses_bad_input_before_writing_anything() -> None:
-    """What run refuses, start refuses when awaited: no task is written."""
+    """What run refuses, start refuses at once: no task is written."""
     store = MemoryStore()
     with pytest.raises(pev.ComponentError):
-        await pev.start("x", store=store)
+        pev.start("x", store=store)
     assert await Ledger(store).tasks() == ()
-    starting = start(store)
-    handle = await starting
-    with pytest.raises(UsageError, match="started its task already"):
-        await starting
-    await handle.result()
+
+
+async def test_start_returns_the_handle_at_once_and_await_waits_for_the_write() -> None:
+    """The handle comes back before the task is written; awaiting it (or any method) waits."""
+    store = MemoryStore()
+    handle = start(store, task_id="count-1")
+    assert handle.task_id == "count-1"
+    assert await handle is handle
+    assert (await Ledger(store).state("count-1")).task_id == "count-1"
+    assert (await handle.result()).ok
+
+
+async def test_a_task_that_cannot_be_written_fails_its_handle() -> None:
+    """A store that refuses the task: awaiting the handle raises why; nothing was written."""
+    store = MemoryStore()
+    first = start(store, task_id="same")
+    await first.result()
+    second = start(store, task_id="same")
+    with pytest.raises(pev.ConflictError, match="a task with id same exists already"):
+        await second
+    with pytest.raises(pev.ConflictError):
+        await second.result()
+
+
+def test_start_needs_a_running_event_loop() -> None:
+    """Called from sync code, start says what to do instead."""
+    with pytest.raises(UsageError, match=r"use pev\.run_sync"):
+        pev.start("count", planner=lambda _: chain(1), tools=[tick])
 
 
 async def test_the_handles_state_and_cancel() -> None:

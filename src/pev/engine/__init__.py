@@ -19,7 +19,7 @@ from pev.engine._agent import (
     VerifierReply,
 )
 from pev.engine._api import DEFAULT_CRITERION, cancel, default_contract, resume, run, run_sync
-from pev.engine._control import EventStream, Starting, TaskHandle, approve, reject, start, watch
+from pev.engine._control import EventStream, TaskHandle, approve, reject, start, watch
 from pev.engine._protocols import (
     Executor,
     NodeContext,
@@ -58,7 +58,6 @@ __all__ = [
     "Resources",
     "RunResult",
     "Secret",
-    "Starting",
     "TaskHandle",
     "Tool",
     "ToolExecutor",

@@ -6,8 +6,8 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ParamSpec
 
@@ -62,27 +62,72 @@ def default_contract(input: JsonValue, verifier: VerifierLike | None) -> Verific
     return VerificationContract(VerificationMode.RECOVERY, input_text(input), (DEFAULT_CRITERION,))
 
 
-@dataclass(frozen=True, slots=True)
-class Launched:
-    """A task just written, with the driver that drives it (what ``run`` and ``start`` share)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Launch:
+    """A new task, checked and named, to write and drive (what ``run`` and ``start`` share).
 
-    driver: Driver
+    Attributes:
+        task_id: The task's id, chosen before anything is written.
+        store: Where it is written.
+        written: Set once the task is in the store (or its writing failed).
+    """
+
+    task_id: TaskId
     store: Store
+    input: JsonValue
+    task: NewTask
+    components: Components
+    rails: tuple[RailLike, ...]
+    clock: Callable[[], datetime]
+    lessons: tuple[str, ...]
     experience: LessonBook | None
-
-    @property
-    def task_id(self) -> TaskId:
-        """The task's id."""
-        return self.driver.state.task_id
+    written: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def drive(self) -> RunResult:
-        """Drive the task to its end, then record it in the experience, if any."""
-        result = await self.driver.drive()
-        await learn_from(self.experience, self.driver.state)
+        """Write the task under its driver's lease, drive it to its end, record it.
+
+        Raises:
+            StoreError: The store cannot be written; no task was written.
+        """
+        try:
+            driver = await self._write()
+        finally:
+            self.written.set()
+        result = await driver.drive()
+        await learn_from(self.experience, driver.state)
         return result
 
+    async def _write(self) -> Driver:
+        agent, contract, policy = self.task.agent, self.task.contract, self.task.policy
+        # Chosen before the task exists: a store that cannot answer leaves no task behind.
+        goal = contract.goal or input_text(self.input)
+        advice = await advice_for(self.lessons, self.experience, self.components, goal=goal)
+        ledger = Ledger(self.store, clock=self.clock)
+        await ledger.expire_overdue()
+        # The task is written with its driver's lease: no worker of the store can claim it first.
+        lease = acquired(None, self.task_id, new_owner(), now=self.clock(), lease_s=policy.lease_s)
+        state = await ledger.create(
+            self.input,
+            contract=contract,
+            policy=policy,
+            components=agent_paths(agent),
+            lease=lease,
+        )
+        bus = RailBus((*agent.rails, *self.rails))
+        return Driver(
+            ledger,
+            state,
+            self.components,
+            rails=bus,
+            clock=self.clock,
+            lessons=advice,
+            lease=lease,
+            # The creation's entries, read back only for rails to see: without rails, no read.
+            announce=await ledger.entries(state.task_id) if bus.rails else (),
+        )
 
-async def launch(
+
+def launch(
     input: JsonValue,  # noqa: A002 - the name users know for what the task is asked to do
     *,
     agent: Agent | None = None,
@@ -99,8 +144,8 @@ async def launch(
     clock: Callable[[], datetime] | None = None,
     lessons: Iterable[str] = (),
     experience: LessonBook | None = None,
-) -> Launched:
-    """Write a new task under its driver's lease, and make that driver (``run`` and ``start``).
+) -> Launch:
+    """Check a new task and name it, writing nothing yet (``run`` and ``start``).
 
     Takes the arguments of :func:`run`, and raises what it raises before anything is written.
     """
@@ -112,50 +157,24 @@ async def launch(
         "observer": observer,
     }
     task = new_task_of(input, agent, parts, contract=contract, policy=policy)
-    agent, contract, policy = task.agent, task.contract, task.policy
-    components = build_components(agent, policy=policy)
-    # Chosen before the task exists: a store that cannot answer leaves no task behind.
-    advice = await advice_for(
-        lessons, experience, components, goal=contract.goal or input_text(input)
+    return Launch(
+        task_id=TaskId(task_id) if task_id is not None else new_task_id(),
+        store=store or MemoryStore(),
+        input=input,
+        task=task,
+        components=build_components(task.agent, policy=task.policy),
+        rails=tuple(rails),
+        clock=clock or utc_now,
+        lessons=tuple(lessons),
+        experience=experience,
     )
-    clock = clock or utc_now
-    store = store or MemoryStore()
-    ledger = Ledger(store, clock=clock)
-    await ledger.expire_overdue()
-    # The task is written with its driver's lease: no worker of the store can claim it first.
-    lease = acquired(
-        None,
-        TaskId(task_id) if task_id is not None else new_task_id(),
-        new_owner(),
-        now=clock(),
-        lease_s=policy.lease_s,
-    )
-    state = await ledger.create(
-        input, contract=contract, policy=policy, components=agent_paths(agent), lease=lease
-    )
-    bus = RailBus((*agent.rails, *rails))
-    driver = Driver(
-        ledger,
-        state,
-        components,
-        rails=bus,
-        clock=clock,
-        lessons=advice,
-        lease=lease,
-        # The creation's entries, read back only for rails to see: without rails, no read.
-        announce=await ledger.entries(state.task_id) if bus.rails else (),
-    )
-    return Launched(driver, store, experience)
 
 
-def _driven(
-    launching: Callable[P, Awaitable[Launched]],
-) -> Callable[P, Coroutine[Any, Any, RunResult]]:
+def _driven(launching: Callable[P, Launch]) -> Callable[P, Coroutine[Any, Any, RunResult]]:
     """An entry point that launches a task with ``launching`` and drives it to its end."""
 
     async def run(*args: P.args, **kwargs: P.kwargs) -> RunResult:
-        launched = await launching(*args, **kwargs)
-        return await launched.drive()
+        return await launching(*args, **kwargs).drive()
 
     # Its parameters are the launcher's, as editors and help() show them.
     run.__signature__ = inspect.signature(launching).replace(  # type: ignore[attr-defined]

@@ -18,14 +18,14 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from types import TracebackType
 from typing import Any, ParamSpec
 
-from pev.engine._api import Launched, launch
+from pev.engine._api import Launch, launch
 from pev.engine._result import RunResult
 from pev.errors import UsageError
 from pev.ledger import Ledger, Store, TaskState, follow
 from pev.model import TaskId
 from pev.rails import RailEvent, RailEvents
 
-__all__ = ["EventStream", "Starting", "TaskHandle", "approve", "reject", "start", "watch"]
+__all__ = ["EventStream", "TaskHandle", "approve", "reject", "start", "watch"]
 
 P = ParamSpec("P")
 
@@ -131,9 +131,16 @@ class EventStream:
     ) -> None:
         self._batches = follow(store, task_id, after=0, poll_s=poll_s)
         self._after = after
+        self._ready: Callable[[], Awaitable[None]] | None = None
         self._events = self._iterate()
 
+    def before(self, ready: Callable[[], Awaitable[None]]) -> None:
+        """Await ``ready`` before the first read (a handle's task may not be written yet)."""
+        self._ready = ready
+
     async def _iterate(self) -> AsyncGenerator[RailEvent, None]:
+        if self._ready is not None:
+            await self._ready()
         # Every entry is folded (the events carry the plan in force); those up to ``after``
         # only build the state.
         stream = RailEvents()
@@ -190,10 +197,11 @@ def watch(
 class TaskHandle:
     """One task, to follow and steer: its events, its result, cancel, approve and reject.
 
-    ``pev.start`` returns one for the task it starts (and drives in this process); make one
-    for any task of a store with ``TaskHandle(task_id, store=store)`` (one a worker drives,
-    say). As an async context manager, the block waits for the task's end when it exits; if
-    the block raised, the task is cancelled first.
+    ``pev.start`` returns one for the task it starts (and drives in this process) at once, as
+    the task is being written: ``await handle`` waits until it is, and every method waits for
+    it too. Make one for any task of a store with ``TaskHandle(task_id, store=store)`` (one a
+    worker drives, say). As an async context manager, the block waits for the task's end when
+    it exits; if the block raised, the task is cancelled first.
 
     Args:
         task_id: The task.
@@ -210,10 +218,29 @@ class TaskHandle:
         *,
         store: Store,
         _drive: asyncio.Task[RunResult] | None = None,
+        _written: asyncio.Event | None = None,
     ) -> None:
         self.task_id = TaskId(task_id)
         self.store = store
         self._drive = _drive
+        self._written = _written
+
+    async def _ready(self) -> None:
+        """Wait until ``pev.start`` has written the task; raise what its writing raised."""
+        if self._written is None or self._drive is None:
+            return
+        await self._written.wait()
+        if self._drive.done() and not self._drive.cancelled() and self._drive.exception():
+            await self._drive  # raises why the task could not be written (or driven)
+
+    def __await__(self) -> Generator[Any, None, TaskHandle]:
+        """``await handle``: the handle, once ``pev.start`` has written its task."""
+
+        async def ready() -> TaskHandle:
+            await self._ready()
+            return self
+
+        return ready().__await__()
 
     def __repr__(self) -> str:
         return f"TaskHandle({self.task_id!r})"
@@ -224,10 +251,13 @@ class TaskHandle:
         Each call is a new stream read from the ledger (see :func:`watch`): a slow consumer
         never slows the task down, and never misses an event.
         """
-        return watch(self.task_id, store=self.store, after=after)
+        stream = watch(self.task_id, store=self.store, after=after)
+        stream.before(self._ready)
+        return stream
 
     async def state(self) -> TaskState:
         """The task's state now, read from its ledger."""
+        await self._ready()
         return await Ledger(self.store).state(self.task_id)
 
     async def result(self) -> RunResult:
@@ -246,21 +276,25 @@ class TaskHandle:
 
     async def cancel(self, reason: str = "") -> TaskState:
         """Ask the task to stop (see :func:`pev.cancel`); an ended task is left as it is."""
+        await self._ready()
         return await Ledger(self.store).cancel(self.task_id, reason=reason)
 
     async def approve(
         self, *, by: str | None = None, note: str = "", revision: int | None = None
     ) -> TaskState:
         """Approve the revision the task awaits approval for (see :func:`pev.approve`)."""
+        await self._ready()
         return await approve(self.task_id, store=self.store, by=by, note=note, revision=revision)
 
     async def reject(
         self, reason: str, *, by: str | None = None, revision: int | None = None
     ) -> TaskState:
         """Reject the revision the task awaits approval for (see :func:`pev.reject`)."""
+        await self._ready()
         return await reject(self.task_id, reason, store=self.store, by=by, revision=revision)
 
     async def __aenter__(self) -> TaskHandle:
+        await self._ready()
         return self
 
     async def __aexit__(
@@ -278,41 +312,26 @@ class TaskHandle:
             await self.result()
 
 
-class Starting:
-    """What :func:`start` returns: await it for the handle, or use it as ``async with``."""
+def _starting(launching: Callable[P, Launch]) -> Callable[P, TaskHandle]:
+    """An entry point that launches a task with ``launching`` in the background: its handle."""
 
-    def __init__(self, launching: Callable[[], Awaitable[Launched]]) -> None:
-        self._launching = launching
-        self._handle: TaskHandle | None = None
-
-    async def _start(self) -> TaskHandle:
-        if self._handle is not None:
-            raise UsageError("this pev.start(...) has started its task already")
-        launched = await self._launching()
-        drive = asyncio.create_task(launched.drive(), name=f"pev-task-{launched.task_id}")
-        self._handle = TaskHandle(launched.task_id, store=launched.store, _drive=drive)
-        return self._handle
-
-    def __await__(self) -> Generator[Any, None, TaskHandle]:
-        return self._start().__await__()
-
-    async def __aenter__(self) -> TaskHandle:
-        return await self._start()
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        if self._handle is not None:
-            await self._handle.__aexit__(*exc_info)
-
-
-def _starting(launching: Callable[P, Awaitable[Launched]]) -> Callable[P, Starting]:
-    """An entry point that launches a task with ``launching`` and hands back its handle."""
-
-    def start(*args: P.args, **kwargs: P.kwargs) -> Starting:
-        return Starting(lambda: launching(*args, **kwargs))
+    def start(*args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise UsageError(
+                "pev.start() drives its task on the running event loop, and none is running: "
+                "call it from async code, or use pev.run_sync(...) to run a task to its end"
+            ) from None
+        launched = launching(*args, **kwargs)
+        drive = loop.create_task(launched.drive(), name=f"pev-task-{launched.task_id}")
+        return TaskHandle(
+            launched.task_id, store=launched.store, _drive=drive, _written=launched.written
+        )
 
     # Its parameters are the launcher's, as editors and help() show them.
     start.__signature__ = inspect.signature(launching).replace(  # type: ignore[attr-defined]
-        return_annotation="Starting"
+        return_annotation="TaskHandle"
     )
     start.__name__ = start.__qualname__ = "start"
     start.__doc__ = START_DOC
@@ -320,17 +339,18 @@ def _starting(launching: Callable[P, Awaitable[Launched]]) -> Callable[P, Starti
 
 
 START_DOC = """\
-Start a task, driven in the background in this process, and return its handle at once.
+Start a task, driven in the background on the running event loop, and return its handle.
 
-Takes the arguments of :func:`pev.run`. ``handle = await pev.start(...)`` writes the task and
-starts driving it; ``async with pev.start(...) as handle:`` does the same and, when the block
-ends, waits for the task's end (cancelling it first if the block raised). The handle streams
-the task's events, waits for its result, cancels it, and approves or rejects a revision
-awaiting approval (docs/control.md).
+Takes the arguments of :func:`pev.run`; what ``run`` refuses (a bad agent, contract or input)
+is refused here at once, before anything is written. The task is written and driven in the
+background: ``await handle`` (or ``async with pev.start(...) as handle:``) waits until it is
+written. Used as ``async with``, the block waits for the task's end when it exits, cancelling
+it first if the block raised. The handle streams the task's events, waits for its result,
+cancels it, and approves or rejects a revision awaiting approval (docs/control.md).
 
 Raises:
-    ContractError, ComponentError, UsageError: (on awaiting) As :func:`pev.run` does, before
-        anything is written.
+    UsageError: No event loop is running (call it from async code), or what ``run`` refuses.
+    ContractError, ComponentError: As :func:`pev.run` does, before anything is written.
 """
 
 start = _starting(launch)

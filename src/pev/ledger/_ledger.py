@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from pev.errors import (
     ConflictError,
+    LeaseLost,
     StateError,
     UnknownTaskError,
     UsageError,
@@ -173,7 +174,13 @@ class Ledger:
             now=self._clock(),
             components=components,
         )
-        state, _ = await self._write(None, created.task_id, (created,), fence=lease)
+        try:
+            state, _ = await self._write(None, created.task_id, (created,), fence=lease)
+        except LeaseLost:
+            # The store checks the fence first: a task of that id, driven by another, refuses it.
+            if await self._store.summary(created.task_id) is None:
+                raise
+            raise ConflictError(created.task_id, 1) from None
         return state
 
     async def state(self, task_id: str) -> TaskState:
