@@ -2,18 +2,18 @@
 
 Run with `make bench` (or `python bench/bench_watch.py [--write docs/benchmarks.md]`).
 
-A writer appends events to one task (one `CaptureFailed` per append, spaced 10 ms apart, as a
-task's steps come); watchers follow the task with `pev.ledger.follow` and note when each entry
-reaches them. The latency of an entry is the time its watcher got it minus the time the writer
-called `Ledger.append` (both on one monotonic clock, in one process), beside the append's own
-time, from that call to its return (a watcher of the same store can hold the entry before the
-append returns to its caller):
+A writer appends events to one task (one `CaptureFailed` per append, 5 to 20 ms apart at
+random, seeded, as a task's steps come, and out of step with any watcher's own period); watchers
+follow the task with `pev.ledger.follow` and note when each entry reaches them. The latency of an
+entry is the time its watcher got it minus the time the writer called `Ledger.append` (both on
+one monotonic clock, in one process), beside the append's own time, from that call to its return
+(a watcher of the same store can hold the entry before the append returns to its caller):
 
 * **same store**: the watcher reads through the writer's own store object, as `TaskHandle.events()`
   does for a task `pev.start` drives: the store signals its own appends.
 * **other store**: the watcher has a store object of its own over the same file or schema, as a
-  watcher in another process (`pev events --follow`, a dashboard) does: an SQLite file is read
-  every 50 ms; PostgreSQL hears each append through `LISTEN`/`NOTIFY`.
+  watcher in another process (`pev events --follow`, a dashboard) does: an SQLite store looks at
+  its file's `data_version` every 10 ms; PostgreSQL hears each append through `LISTEN`/`NOTIFY`.
 
 Each round runs both watchers at once over a fresh task; the figures are the medians over the
 rounds of each round's median and 95th percentile. The PostgreSQL server is
@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import secrets
 import statistics
 import tempfile
@@ -43,7 +44,7 @@ from pev.stores import SQLiteStore
 ROUNDS = 5
 Figures = dict[str, dict[str, tuple[float, float]]]  # store -> what was timed -> (median, p95)
 APPENDS = 100
-SPACING_S = 0.01
+SPACING_S = (0.005, 0.02)  # the pause between appends: uniform in this range, seeded
 URL = os.environ.get("PEV_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -68,6 +69,7 @@ async def one_round(writer: Store, other: Store, appends: int) -> dict[str, list
         asyncio.create_task(_watch(other, task_id, far)),
     ]
     await asyncio.sleep(0.2)  # both are following before the first timed append
+    spacing = random.Random(appends)  # noqa: S311 - pauses, not secrets
     called: dict[int, float] = {}
     durations: list[float] = []
     for index in range(appends):
@@ -76,7 +78,7 @@ async def one_round(writer: Store, other: Store, appends: int) -> dict[str, list
         state = await ledger.append(task_id, [event])
         durations.append(time.perf_counter() - start)
         called[state.event_count] = start
-        await asyncio.sleep(SPACING_S)
+        await asyncio.sleep(spacing.uniform(*SPACING_S))
     await ledger.append(
         task_id, [TaskFinished(status=TaskStatus.FAILED, reason=TerminalReason.CANCELLED)]
     )
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         command = "python bench/bench_watch.py --write docs/benchmarks.md"
         body = (
             f"{machine_line()}; `make bench` (`{command}`). {rounds} rounds of {appends} appends "
-            f"10 ms apart; the time from the call of `Ledger.append` to its return, and to a "
+            f"5 to 20 ms apart; the time from the call of `Ledger.append` to its return, and to a "
             f"watcher holding the entry, medians over the rounds.\n\n{table}"
         )
         write_section(

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -113,11 +114,9 @@ async def _collect(stream: AsyncIterator[tuple[LedgerEntry, ...]]) -> list[tuple
 # --- the signal ------------------------------------------------------------------------------
 
 
-async def test_each_store_reads_anyway_as_often_as_it_needs(store: Store) -> None:
-    """Where every append is heard (memory, PostgreSQL) a follower reads anyway each second;
-    an SQLite store cannot hear other processes, so its followers read every 50 ms."""
-    expected = 0.05 if isinstance(store, SQLiteStore) else 1.0
-    assert appends(store).follow_poll_s == expected
+async def test_each_store_reads_anyway_each_second(store: Store) -> None:
+    """Every store hears every append (SQLite by watching its file): reads are a safety net."""
+    assert appends(store).follow_poll_s == 1.0
 
 
 async def test_an_append_tells_the_tasks_followers(store: Store, tasks: TaskFactory) -> None:
@@ -176,6 +175,24 @@ async def test_a_postgres_append_by_another_store_tells_the_followers(clock: Fak
         async with following(store, "t1") as appended:
             await Ledger(other, clock=clock).append("t1", [REVISION])
             await asyncio.wait_for(appended.wait(), WAIT_S)
+    finally:
+        await other.close()
+        await store.close()
+
+
+async def test_an_sqlite_append_by_another_connection_tells_the_followers(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Another store object on the same file (another process, in effect) appends: this one's
+    followers are told by the watch of the file's data_version, not found by their reads."""
+    store, other = SQLiteStore(tmp_path / "ledger.db"), SQLiteStore(tmp_path / "ledger.db")
+    try:
+        await Ledger(store, clock=clock).create({"question": "t1"}, task_id="t1")
+        async with following(store, "t1") as appended, following(store, "t1") as second:
+            await asyncio.sleep(0.05)  # the watch has read the file's version
+            await Ledger(other, clock=clock).append("t1", [REVISION])
+            await asyncio.wait_for(appended.wait(), WAIT_S)
+            await asyncio.wait_for(second.wait(), WAIT_S)
     finally:
         await other.close()
         await store.close()

@@ -74,7 +74,8 @@ def events_command(db: str, task_id: str, following: bool, after: int, as_json: 
     """Print a task's events (id or unique prefix), one per line, oldest first.
 
     With --follow, keep printing them as the ledger grows, from any process's writes, until the
-    task ends (PostgreSQL tells followers of each write; an SQLite file is read every 50 ms).
+    task ends (PostgreSQL tells followers of each write; an SQLite file's version is looked at
+    every 10 ms).
     Each --json line holds task_id, seq, at, kind, event (the event as the ledger encodes it)
     and hash.
     """

@@ -176,8 +176,8 @@ def watch(
     read back from the ledger in order: a watcher never misses one and never sees one twice,
     however far behind it falls; two watchers see the same events. The stream ends with the
     task's ``task_finished``; for a task that has ended, at once, after its whole history.
-    PostgreSQL tells watchers of each append (``LISTEN``/``NOTIFY``); SQLite is read every
-    50 ms; a store in memory tells its own process.
+    PostgreSQL tells watchers of each append (``LISTEN``/``NOTIFY``); an SQLite store looks at
+    its file's version every 10 ms; a store in memory tells its own process.
 
     Args:
         task_id: The task.

@@ -5,8 +5,9 @@ already written first, then each new batch once an append commits. The ledger is
 follower that falls behind simply reads more at its next look, so it never misses an entry and
 never sees one twice, and any number of followers, in any processes, see the same entries in the
 same order. A store with :class:`~pev.ledger.Appends` tells followers when a task's ledger grew
-(PostgreSQL hears every process through ``LISTEN``/``NOTIFY``); the follower also reads every
-so often, so a signal that never came (SQLite: another process's append) costs only latency.
+(PostgreSQL hears every process through ``LISTEN``/``NOTIFY``, SQLite watches its file's
+version); the follower also reads every so often, so a signal that never came costs only
+latency. A store without it is read every :data:`FOLLOW_POLL_S`.
 """
 
 from __future__ import annotations

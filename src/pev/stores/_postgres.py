@@ -9,7 +9,7 @@ transaction, each in a subtransaction of its own (:mod:`pev.stores._group`). Eve
 the canonical JSON text that was hashed, and triggers refuse any UPDATE, DELETE or TRUNCATE of
 them. Episodes and lessons are kept beside the ledgers (:mod:`pev.stores._postgres_lessons`).
 Every committed append notifies its task's followers, in any process
-(:mod:`pev.stores._postgres_follow`); an append written by no driver that leaves its task
+(:mod:`pev.stores._follow`); an append written by no driver that leaves its task
 claimable wakes idle workers.
 
 The tables live in one PostgreSQL schema (``pev`` unless named), whose version is recorded; see
@@ -48,12 +48,12 @@ from pev.ledger._lease import is_free
 from pev.ledger._store import decode_entry
 from pev.ledger._watch import TaskMark, WatchedStore
 from pev.model import TaskId
+from pev.stores._follow import Followers
 from pev.stores._group import GroupCommit
 from pev.stores._postgres_db import Cursor, Database, TupleRow
-from pev.stores._postgres_follow import Followers
 from pev.stores._postgres_lessons import PostgresLessons
 from pev.stores._postgres_schema import RUNNABLE_TASKS
-from pev.stores._wakeups import UNCLAIMABLE_PHASES
+from pev.stores._wakeups import UNCLAIMABLE_PHASES, TaskSignals
 
 __all__ = ["PostgresStore"]
 
@@ -131,7 +131,11 @@ class PostgresStore(PostgresLessons, WatchedStore):
         # The channel its writers NOTIFY and its workers LISTEN on (a name is at most 63 bytes).
         self._channel = f"pev:{self._db.schema}"[:63]
         # The channel every committed append NOTIFYs with its task's id, for followers.
-        self._followers = Followers(self._db, f"pev_events:{self._db.schema}"[:63])
+        # The channel every committed append notifies with its task's id (migration 6).
+        self._events_channel = f"pev_events:{self._db.schema}"[:63]
+        self._followers = Followers(
+            self._listen_appends, name=f"pev-listen-{self._events_channel}", ready=self._db.connect
+        )
         self._appends: GroupCommit[tuple[object, ...], TupleRow | None] = GroupCommit(
             self._commit_appends, limit=_GROUP_LIMIT
         )
@@ -221,7 +225,7 @@ class PostgresStore(PostgresLessons, WatchedStore):
                 fence.epoch if fence else None,
                 fence.expires_at if fence else None,
                 self._channel,
-                self._followers.channel,
+                self._events_channel,
             )
         )
         if row is None:
@@ -365,13 +369,22 @@ class PostgresStore(PostgresLessons, WatchedStore):
 
         See :class:`pev.ledger.Appends`. Each append notifies the schema's events channel with
         its task's id in its own transaction; while anyone in this process follows a task, one
-        connection per event loop listens on it (:mod:`pev.stores._postgres_follow`). This
+        connection per event loop listens on it (:mod:`pev.stores._follow`). This
         store's own appends set the event as soon as they commit.
 
         Raises:
             StoreError: The database cannot be reached, or is not a pev schema of this version.
         """
         return self._followers.follow(task_id)
+
+    async def _listen_appends(self, signals: TaskSignals) -> None:
+        """Tell ``signals`` of every committed append, until cancelled (``LISTEN``)."""
+        await self._db.listen(
+            self._events_channel,
+            what="appends",
+            listening=signals.signal_all,
+            heard=signals.signal,
+        )
 
     async def _wake(self, cur: Cursor) -> None:
         """Signal the store's listeners when this transaction commits."""

@@ -46,6 +46,7 @@ from pev.ledger._chain import entry_texts
 from pev.ledger._store import decode_entry
 from pev.ledger._watch import TaskMark, WatchedStore
 from pev.model import TaskId
+from pev.stores._follow import Followers
 from pev.stores._group import GroupCommit
 from pev.stores._sqlite_db import RUNNABLE_TASKS, SQLiteDatabase, query_rows
 from pev.stores._sqlite_lessons import SQLiteLessons
@@ -99,8 +100,11 @@ _SELECT_MARKS = (
 
 # How often a waiting worker's store looks for another connection's commits.
 _WATCH_S = 0.05
-# How often a follower reads a task's ledger anyway (other processes' appends go unheard).
-_FOLLOW_POLL_S = 0.05
+# How often the followers' watch looks for another connection's commits (one header read, no
+# lock: while anyone follows, a hundred a second cost the store's thread next to nothing).
+_FOLLOW_WATCH_S = 0.01
+# How often a follower reads a task's ledger anyway, should the watch fail.
+_FOLLOW_POLL_S = 1.0
 
 # The most appends one commit holds: a burst of thousands is committed a few hundred at a time,
 # so that no transaction (nor the write lock other processes wait for) grows without bound.
@@ -202,7 +206,7 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
         self._appends: GroupCommit[_Append, None] = GroupCommit(
             self._commit_appends, limit=_GROUP_LIMIT
         )
-        self._appended = TaskSignals()
+        self._followers = Followers(self._watch_file, name="pev-sqlite-follow")
         self._waiters = Waiters()
 
     @property
@@ -236,10 +240,11 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
 
     @property
     def follow_poll_s(self) -> float:
-        """How often a follower reads anyway: every 50 ms.
+        """How often a follower reads anyway: every second.
 
-        This store tells followers of its own appends at once, but another process's append
-        can only be found by reading the file.
+        This store tells followers of its own appends at once, and of other connections' (other
+        processes') within about 10 ms, by watching the file (:meth:`appended`): the reads are
+        a safety net.
         """
         return _FOLLOW_POLL_S
 
@@ -247,9 +252,20 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
         """An event set once an append to ``task_id`` commits (see :class:`pev.ledger.Appends`).
 
         Set by the appends of this store object, from any thread, once their group's commit has
-        succeeded; other processes' appends are found by the follower's reads.
+        succeeded. Another process's commit cannot signal this one, so while anyone follows a
+        task, one watch per event loop reads the file's ``PRAGMA data_version`` every 10 ms
+        (without a lock) and, once another connection has committed, sets the events of every
+        follower: each then reads its task's new entries, if any.
         """
-        return self._appended.follow(task_id)
+        return self._followers.follow(task_id)
+
+    async def _watch_file(self, signals: TaskSignals) -> None:
+        """Tell every follower to read once another connection committed, until cancelled."""
+        async with self._db.changes(_FOLLOW_WATCH_S) as changed:
+            while True:
+                await changed.wait()
+                changed.clear()
+                signals.signal_all()
 
     async def close(self) -> None:
         """Close the database and its thread; the store is unusable afterwards."""
@@ -328,7 +344,7 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
         outcomes = await self._db.together([append.work for append in appends])
         for append, outcome in zip(appends, outcomes, strict=True):
             if not isinstance(outcome, BaseException):
-                self._appended.signal(append.task_id)
+                self._followers.signal(append.task_id)
                 if append.wakes:
                     self._waiters.signal()
         return outcomes
