@@ -110,9 +110,20 @@ class LLMError(PevError):
     Attributes:
         model: The model that was asked.
         status_code: The HTTP status the server answered with, if it answered.
+        unreachable: The model could not be reached or could not answer now (no connection, a
+            timeout, HTTP 5xx, 429 or 408): an outage, not a bad request. A planner turns it
+            into :class:`~pev.errors.PlannerUnavailable`.
     """
 
-    def __init__(self, message: str, *, model: str, status_code: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str,
+        status_code: int | None = None,
+        unreachable: bool = False,
+    ) -> None:
         super().__init__(message)
         self.model = model
         self.status_code = status_code
+        self.unreachable = unreachable

@@ -44,6 +44,7 @@ __all__ = [
     "LedgerCorruptError",
     "PevError",
     "PlanError",
+    "PlannerUnavailable",
     "PolicyError",
     "SchemaVersionError",
     "StateError",
@@ -67,6 +68,16 @@ class ContractError(PevError):
     def __init__(self, message: str, *, field: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class PlannerUnavailable(PevError):  # noqa: N818 - the documented public name
+    """The planner's model or service could not be reached, after its own retries.
+
+    Raised by the LLM planners (a connection that failed, a timeout, an HTTP 5xx, 429 or 408
+    once the SDK's retries are spent), and by any planner of your own for the same reason. An
+    outage is not a bad plan: the task ends ``failed``/``planner_unavailable`` at once, without
+    spending a replan, and can be run again once the service is back.
+    """
 
 
 class PlanError(PevError):

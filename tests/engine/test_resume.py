@@ -119,7 +119,7 @@ async def crashed_mid_node(store: Store, node_id: str) -> ExecutionRecord:
         ],
     )
     for node in PLAN.nodes:
-        started = record(node.id, node.effect, node.args)
+        started = record(node.id, node.effect or Effect.ACTION, node.args)
         await ledger.append(TASK, [NodeDispatched(record=started)])
         if node.id == node_id:
             return started

@@ -23,6 +23,7 @@ STATUS_TABLE = [
             R.TASK_DEADLINE_EXPIRED,
             R.EVIDENCE_MISSING,
             R.INVALID_PLAN,
+            R.PLANNER_UNAVAILABLE,
             R.REJECTED,
             R.APPROVAL_EXPIRED,
             R.CANCELLED,
@@ -53,7 +54,7 @@ def test_every_status_has_a_row() -> None:
 
 
 def test_terminal_reasons_are_the_documented_vocabulary() -> None:
-    """TerminalReason names exactly the fourteen endings of docs/design.md §3.4."""
+    """TerminalReason names exactly the fifteen endings of docs/design.md §3.4."""
     assert {reason.value for reason in TerminalReason} == {
         "passed",
         "execution_succeeded",
@@ -66,6 +67,7 @@ def test_terminal_reasons_are_the_documented_vocabulary() -> None:
         "task_deadline_expired",
         "evidence_missing",
         "invalid_plan",
+        "planner_unavailable",
         "rejected",
         "approval_expired",
         "cancelled",

@@ -134,6 +134,21 @@ async def test_an_unreachable_server_is_an_llm_error() -> None:
             await chat.complete(ask(None))
     assert "127.0.0.1:9" in str(caught.value)
     assert API_KEY not in str(caught.value)
+    assert caught.value.unreachable  # an outage: a planner makes it PlannerUnavailable
+
+
+@pytest.mark.parametrize(
+    ("status", "outage"), [(503, True), (500, True), (429, True), (408, True), (400, False)]
+)
+async def test_an_http_error_says_whether_it_is_an_outage(
+    chat_server: ChatServer, status: int, *, outage: bool
+) -> None:
+    """5xx, 429 and 408 say "not now" (an outage); another status refused the request."""
+    chat_server.fail(status, times=1)
+    async with OpenAIChat("m", base_url=chat_server.url, max_retries=0) as chat:
+        with pytest.raises(LLMError) as caught:
+            await chat.complete(ask(None))
+    assert (caught.value.status_code, caught.value.unreachable) == (status, outage)
 
 
 def test_repr_shows_no_credentials() -> None:

@@ -156,15 +156,26 @@ async def test_the_request_asks_for_a_plan_schema_naming_the_tools(
     assert "- forecast(city: string) [query]: The forecast for a city." in seen.user_text
 
 
-async def test_a_planner_http_500_is_a_rejected_plan(chat_server: ChatServer) -> None:
-    """A planner call that fails after its retries is a rejected plan; the next call runs."""
-    chat_server.fail(500, times=2)
+async def test_a_planner_http_503_is_planner_unavailable(chat_server: ChatServer) -> None:
+    """An outage after the SDK's retries is not a bad plan: failed/planner_unavailable at once,
+    no replan spent, no further planner call."""
+    chat_server.fail(503, times=2)
+    chat_server.reply(PLAN_TEXT)
+    result, entries = await run_with_llm_planner(chat_server)
+    assert (result.status, result.reason) == ("failed", "planner_unavailable")
+    assert "HTTP 503" in result.detail
+    assert events_of(entries, PlanRejected) == []
+    assert len(chat_server.requests) == 2  # the first try and the SDK's one retry
+
+
+async def test_a_planner_http_400_is_a_rejected_plan(chat_server: ChatServer) -> None:
+    """A request the server refused (not an outage) is a rejected plan; the next call runs."""
+    chat_server.fail(400, times=1)
     chat_server.reply(PLAN_TEXT)
     result, entries = await run_with_llm_planner(chat_server)
     assert result.ok
     [rejected] = events_of(entries, PlanRejected)
-    assert "HTTP 500" in rejected.problems[0]
-    assert len(chat_server.requests) == 3
+    assert "HTTP 400" in rejected.problems[0]
 
 
 async def test_rejections_past_the_budget_end_invalid_plan(chat_server: ChatServer) -> None:

@@ -235,7 +235,7 @@ INVALID = [
     pytest.param(
         Plan("g", (PlanNode("a", effect="maybe"),)),  # type: ignore[arg-type]
         {},
-        ("node 'a': effect must be 'query' or 'action', got 'maybe'",),
+        ("node 'a': effect must be 'query', 'action' or null (the tool's), got 'maybe'",),
         id="bad-effect",
     ),
     pytest.param(

@@ -317,7 +317,7 @@ class _Driver:
             revision=revision.number,
             tool=node.tool,
             args_digest=digest(node.args),
-            effect=node.effect,
+            effect=node.effect or Effect.ACTION,
             at=self.now,
         )
 

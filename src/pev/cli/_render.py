@@ -175,7 +175,9 @@ def _revision(state: TaskState, revision: Revision) -> RenderableType:
             cell = Text("kept", style="dim green")
         else:
             cell = Text("not dispatched", style="dim")
-        table.add_row(node.id, node.tool or "", str(node.effect), ", ".join(node.after), cell)
+        # A dispatched node's record holds its effect as it ran; else the node's own, if any.
+        effect = record.effect if record is not None else node.effect or "tool's"
+        table.add_row(node.id, node.tool or "", str(effect), ", ".join(node.after), cell)
     parts: list[RenderableType] = [table]
     parts.extend(approval_lines(state, revision.number))
     parts.extend(_verdicts(state, revision.number))

@@ -29,12 +29,15 @@ from pev.engine._planning import (
     reviewer_rejections,
 )
 from pev.engine._recordable import safe_text
+from pev.errors import PlannerUnavailable
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
     Event,
     Rejected,
     RevisionKind,
     RevisionStarted,
+    TaskFinished,
+    TaskState,
     approval_request,
     finish,
     reject_plan,
@@ -81,22 +84,17 @@ class PlanStep:
         except CancelledMeanwhile:
             return  # the loop ends the task as cancelled
         except TimeoutError:
-            if replan_left is not None and (remaining is None or replan_left <= remaining):
-                detail = (
-                    f"the planner was still working at the replan deadline {state.replan_deadline}"
-                )
-                ending = finish(
-                    host.state,
-                    TaskStatus.FAILED,
-                    TerminalReason.REPLAN_DEADLINE_EXPIRED,
-                    detail=detail,
-                )
-            else:
-                ending = task_deadline_finish(host.state)
-            await host.write([ending])
+            await host.write([_late(host.state, replan_left=replan_left, remaining=remaining)])
             return
         except BUGS:
             raise
+        except PlannerUnavailable as exc:
+            # An outage is not a bad plan: the task ends at once, and no replan is spent on it.
+            text = noted(exc, task_id=state.task_id, who="the planner")
+            detail = f"the planner could not be reached: {text}"
+            down = TerminalReason.PLANNER_UNAVAILABLE
+            await host.write([finish(host.state, TaskStatus.FAILED, down, detail=detail)])
+            return
         except Exception as exc:  # noqa: BLE001 - a planner that raises is a rejected plan
             text = noted(exc, task_id=state.task_id, who="the planner")
             returned = _PlannerFailed(f"the planner raised {text}")
@@ -183,6 +181,15 @@ def _actions(plan: Plan, redo: frozenset[str], tools: Mapping[str, ToolSpec] | N
         for node in plan.nodes
         if (not redo or node.id in redo) and effective_effect(node, tools) is Effect.ACTION
     ]
+
+
+def _late(state: TaskState, *, replan_left: float | None, remaining: float | None) -> TaskFinished:
+    """How a planner call that ran out of time ends the task: by the deadline that came first."""
+    if replan_left is not None and (remaining is None or replan_left <= remaining):
+        detail = f"the planner was still working at the replan deadline {state.replan_deadline}"
+        expired = TerminalReason.REPLAN_DEADLINE_EXPIRED
+        return finish(state, TaskStatus.FAILED, expired, detail=detail)
+    return task_deadline_finish(state)
 
 
 class _PlannerFailed:

@@ -147,8 +147,16 @@ def merge_local(previous: Plan, returned: Plan, redo: frozenset[str]) -> tuple[P
 
 
 def effective_effect(node: PlanNode, tools: Mapping[str, ToolSpec] | None) -> Effect:
-    """The stricter of the node's and its tool's effect: ``action`` wins."""
+    """The node's effect: its own, else its tool's, else ``action``; ``action`` always wins.
+
+    A node that leaves its effect ``None`` takes its registered tool's; without one (a plain
+    executor), it is an action, the safe assumption. A node's own ``action`` makes a query
+    tool stricter; its own ``query`` cannot make an action tool safe (plan validation refuses
+    that plan, and here the stricter of the two stands).
+    """
     spec = tools.get(node.tool) if tools and node.tool else None
+    if node.effect is None:
+        return spec.effect if spec is not None else Effect.ACTION
     if node.effect is Effect.ACTION or (spec is not None and spec.effect is Effect.ACTION):
         return Effect.ACTION
     return Effect.QUERY

@@ -229,7 +229,10 @@ def _blamed(node_id: str, node: PlanNode | None, recorded: Effect | None) -> Epi
     # The record's effect is the effective one (the stricter of node and tool).
     if node is None:
         return EpisodeNode(node_id=node_id, tool=None, effect=recorded or Effect.ACTION)
-    return EpisodeNode(node_id=node_id, tool=node.tool, effect=recorded or node.effect)
+    # A node never dispatched that left its effect to its tool: an action, the safe assumption.
+    return EpisodeNode(
+        node_id=node_id, tool=node.tool, effect=recorded or node.effect or Effect.ACTION
+    )
 
 
 def _tools(state: TaskState) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ class TerminalReason(StrEnum):
     TASK_DEADLINE_EXPIRED = "task_deadline_expired"
     EVIDENCE_MISSING = "evidence_missing"
     INVALID_PLAN = "invalid_plan"
+    PLANNER_UNAVAILABLE = "planner_unavailable"
     REJECTED = "rejected"
     APPROVAL_EXPIRED = "approval_expired"
     CANCELLED = "cancelled"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pev.chat import ChatMessage, ChatRequest
+from pev.chat import ChatMessage, ChatRequest, LLMError
 from pev.codec import decode, encode
 from pev.engine import PlanRequest
-from pev.errors import CodecError
+from pev.errors import CodecError, PlannerUnavailable
 from pev.ledger import RevisionKind
 from pev.llm._prompt import (
     Prompted,
@@ -153,9 +153,17 @@ class LLMPlanner(Prompted):
 
         Raises:
             ValueError: The reply is not a plan (the engine rejects it and says why next time).
-            LLMError: The model could not be reached (also a rejected plan for the engine).
+            PlannerUnavailable: The model could not be reached, after the chat model's own
+                retries (the task ends ``failed``/``planner_unavailable``, no replan spent).
+            LLMError: The model refused the request (a rejected plan for the engine).
         """
-        return parse_plan(await self._ask(self.chat_request(request)))
+        try:
+            text = await self._ask(self.chat_request(request))
+        except LLMError as exc:
+            if exc.unreachable:
+                raise PlannerUnavailable(str(exc)) from exc
+            raise
+        return parse_plan(text)
 
 
 def plan_prompt(request: PlanRequest) -> str:

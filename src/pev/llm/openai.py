@@ -50,6 +50,10 @@ _CREDENTIAL_QUERY_NAMES = frozenset(
 )
 
 
+# HTTP statuses that say "not now" rather than "not this request": with 5xx, an outage.
+_OUTAGE_STATUSES = frozenset({408, 429})
+
+
 class OpenAIChat:
     """A chat model behind any OpenAI-compatible ``/chat/completions`` endpoint.
 
@@ -221,15 +225,19 @@ class OpenAIChat:
             )
         except openai.APIStatusError as exc:
             raise self._error(
-                f"the server answered HTTP {exc.status_code}: {exc.message}", exc.status_code
+                f"the server answered HTTP {exc.status_code}: {exc.message}",
+                exc.status_code,
+                unreachable=exc.status_code in _OUTAGE_STATUSES or exc.status_code >= 500,
             ) from exc
         except openai.APITimeoutError as exc:
             raise self._error(
-                f"no answer within timeout_s={self.timeout_s:g} (max_retries={self.max_retries})"
+                f"no answer within timeout_s={self.timeout_s:g} (max_retries={self.max_retries})",
+                unreachable=True,
             ) from exc
         except openai.APIConnectionError as exc:
             raise self._error(
-                f"could not connect (max_retries={self.max_retries}): {exc.message}"
+                f"could not connect (max_retries={self.max_retries}): {exc.message}",
+                unreachable=True,
             ) from exc
         except openai.OpenAIError as exc:
             raise self._error(f"{type(exc).__name__}: {exc}") from exc
@@ -244,12 +252,14 @@ class OpenAIChat:
             output_tokens=usage.completion_tokens if usage is not None else 0,
         )
 
-    def _error(self, problem: str, status_code: int | None = None) -> LLMError:
+    def _error(
+        self, problem: str, status_code: int | None = None, *, unreachable: bool = False
+    ) -> LLMError:
         text = f"model {self.model!r} at {self.base_url}: {problem}"
         # A server may echo what it was sent; the key never leaves in a message.
         if self._secret and self._secret != LOCAL_PLACEHOLDER_KEY:
             text = text.replace(self._secret, "***")
-        return LLMError(text, model=self.model, status_code=status_code)
+        return LLMError(text, model=self.model, status_code=status_code, unreachable=unreachable)
 
 
 def _message(message: ChatMessage) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from pev._canonical import ADDED
 from pev._json import (
     JsonObject,
     JsonValue,
@@ -93,7 +94,9 @@ class PlanNode:
         args: A JSON object; ``{"$ref": "n1"}`` or ``{"$ref": "n1.key"}`` is replaced at dispatch
             by the output of dependency ``n1``.
         after: Ids of the nodes this one depends on.
-        effect: ``query`` (read-only) or ``action`` (side effects, the default).
+        effect: ``query`` (read-only) or ``action`` (side effects); ``None`` (the default) takes
+            the tool's declared effect, and ``action`` without a registered tool (the safe
+            assumption). A node may make a query tool an action, never an action a query.
     """
 
     id: str
@@ -101,7 +104,9 @@ class PlanNode:
     tool: str | None = None
     args: Mapping[str, JsonValue] = field(default_factory=JsonObject)
     after: tuple[str, ...] = ()
-    effect: Effect = Effect.ACTION
+    # Once "action" by default, and always written then: left out of the JSON while None, so a
+    # node of an older ledger encodes, and hashes, exactly as it did.
+    effect: Effect | None = field(default=None, metadata=ADDED)
 
     def __post_init__(self) -> None:
         if isinstance(self.args, Mapping) and not isinstance(self.args, JsonObject):
@@ -274,9 +279,9 @@ def _node_problems(
         if len(set(node.after)) != len(node.after):
             yield f"{where}: after lists the same id more than once"
 
-    effect_ok = isinstance(node.effect, Effect)
+    effect_ok = node.effect is None or isinstance(node.effect, Effect)
     if not effect_ok:
-        yield f"{where}: effect must be 'query' or 'action', got {node.effect!r}"
+        yield f"{where}: effect must be 'query', 'action' or null (the tool's), got {node.effect!r}"
 
     spec: ToolSpec | None = None
     if tools is not None and isinstance(node.tool, str):

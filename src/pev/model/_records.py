@@ -78,7 +78,8 @@ class ExecutionRecord:
         node_id: The node it ran.
         tool: The tool called, if any.
         args_digest: sha256 of the canonical JSON of the resolved args.
-        effect: The effective effect (the stricter of the node's and the tool's).
+        effect: The effective effect: the node's own, else its tool's (an action without a
+            registered tool); a node may only make its tool's effect stricter.
         idempotency_key: Stable for this record; handed to the tool so it can de-duplicate.
         status: Where the dispatch stands.
         created_at: When it was committed as ``pending``.
