@@ -179,7 +179,9 @@ async def test_http_500_on_every_attempt_is_thrown(chat_server: ChatServer) -> N
     assert verdict.reliability is Reliability.THROWN
     assert len(chat_server.requests) == 2  # 1 + max_retries
     assert "HTTP 500" in verdict.problems[0]
+    assert verdict.problems[0].startswith("the verifier's model could not be reached")
     assert (result.status, result.reason) == ("partial", "verifier_unreliable")
+    assert "could not be reached" in result.detail
     assert_no_key(entries)
 
 

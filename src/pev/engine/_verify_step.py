@@ -14,6 +14,7 @@ from typing import Any
 
 from pev import codec
 from pev._json import ValueLimits, value_problem
+from pev.chat import LLMError
 from pev.engine._calls import BUGS, CancelledMeanwhile, GuardedCall
 from pev.engine._deadline import earliest
 from pev.engine._failures import noted
@@ -155,6 +156,11 @@ class VerifyStep:
             raise
         except Exception as exc:  # noqa: BLE001 - a verifier that raises is `thrown`
             text = noted(exc, task_id=state.task_id, who="the verifier")
+            if isinstance(exc, LLMError) and exc.unreachable:
+                # An outage, not a verdict: the detail says so (the verdict is untrustworthy).
+                return _thrown(
+                    revision.number, f"the verifier's model could not be reached: {text}"
+                )
             return _thrown(revision.number, f"the verifier raised {text}")
         check = _checked(raw, state, state.policy.value_limits)
         return VerdictRecorded(
