@@ -7,7 +7,6 @@ tests/test_control_processes.py; these check the commands' output and their erro
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import threading
 import time
@@ -57,12 +56,13 @@ def _ran(db: Path, **options: object) -> str:
     return asyncio.run(run())
 
 
-@contextlib.contextmanager
-def _waiting(db: Path) -> Iterator[tuple[str, threading.Thread]]:
-    """A task awaiting approval on ``db``, its run waiting in a thread; its id and the thread.
+@pytest.fixture
+def waiting(tmp_path: Path) -> Iterator[tuple[Path, str, threading.Thread]]:
+    """A task awaiting approval, its run waiting in a thread: the ledger, its id, the thread.
 
-    Whatever the block does, the task is cancelled after it and the thread joined.
+    Whatever the test does, the task is cancelled after it and the thread joined.
     """
+    db = tmp_path / "ledger.db"
     ids: list[str] = []
 
     def run() -> None:
@@ -91,7 +91,7 @@ def _waiting(db: Path) -> Iterator[tuple[str, threading.Thread]]:
         time.sleep(0.02)
     try:
         assert ids, "the task never awaited approval"
-        yield ids[0], thread
+        yield db, ids[0], thread
     finally:
         if ids:
             _invoke(db, "cancel", ids[0])
@@ -165,14 +165,11 @@ def test_approve_and_reject_refuse_a_task_that_is_not_awaiting_approval(tmp_path
     assert "must not be empty" in err
 
 
-def test_approve_a_waiting_task_from_the_command_line(tmp_path: Path) -> None:
+def test_approve_a_waiting_task_from_the_command_line(
+    waiting: tuple[Path, str, threading.Thread],
+) -> None:
     """The run waiting in another thread goes on; `pev show` says who approved, with the note."""
-    db = tmp_path / "ledger.db"
-    with _waiting(db) as (task_id, thread):
-        _approve_it(db, task_id, thread)
-
-
-def _approve_it(db: Path, task_id: str, thread: threading.Thread) -> None:
+    db, task_id, thread = waiting
     code, out, err = _invoke(db, "show", task_id)
     assert code == 0, err
     assert "approval: asked for actions p" in out
@@ -190,14 +187,11 @@ def _approve_it(db: Path, task_id: str, thread: threading.Thread) -> None:
     assert "result: succeeded/execution_succeeded" in out
 
 
-def test_reject_ends_a_task_outside_recovery_mode(tmp_path: Path) -> None:
+def test_reject_ends_a_task_outside_recovery_mode(
+    waiting: tuple[Path, str, threading.Thread],
+) -> None:
     """A rejection with no replan to make ends the task failed/rejected, and says so."""
-    db = tmp_path / "ledger.db"
-    with _waiting(db) as (task_id, thread):
-        _reject_it(db, task_id, thread)
-
-
-def _reject_it(db: Path, task_id: str, thread: threading.Thread) -> None:
+    db, task_id, thread = waiting
     code, out, err = _invoke(db, "reject", task_id, "--reason", "not today", "--by", "bob")
     assert code == 0, err
     assert "revision 1 rejected by bob; failed/rejected" in out

@@ -289,8 +289,8 @@ def test_an_empty_anchors_file_is_a_usage_error(db: Path, tmp_path: Path) -> Non
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """The URL of a throwaway PostgreSQL schema (skipped without a server)."""
-    with postgres.throwaway_schema() as schema:
-        yield postgres.url_of(schema)
+    with postgres.throwaway_url() as url:
+        yield url
 
 
 def test_postgres_a_dropped_suffix_fails_the_anchors(pg_url: str, tmp_path: Path) -> None:

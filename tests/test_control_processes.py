@@ -51,11 +51,8 @@ asyncio.run(main())
 @pytest.fixture(params=["sqlite", "postgres"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """What ``--db`` names: an SQLite file, or a schema of its own on the test server."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "ledger.db")
-        return
-    with postgres.throwaway_schema() as schema:
-        yield postgres.url_of(schema)
+    with postgres.ledger_db(request.param, tmp_path) as db:
+        yield db
 
 
 @pytest.fixture

@@ -50,8 +50,8 @@ def other_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def db() -> Iterator[str]:
     """The ledger: a PostgreSQL URL naming a schema of this test's own."""
-    with postgres.throwaway_schema() as schema:
-        yield postgres.url_of(schema)
+    with postgres.throwaway_url() as url:
+        yield url
 
 
 def _driver_nodes(cluster: Any) -> list[Any]:

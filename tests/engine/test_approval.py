@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from tests.support.approval_agent import PAYMENTS, payments_agent
 
 import pev
 from pev.errors import StateError, UsageError
@@ -324,16 +326,23 @@ def test_the_policy_names_a_bad_approval_value() -> None:
     assert pev.RecoveryPolicy(approval="always").approval is pev.Approval.ALWAYS
 
 
-async def test_a_worker_leaves_a_task_awaiting_approval_and_another_claim_finishes_it() -> None:
-    """Workers never hold a waiting task: they release it, and claim it once it is approved."""
-    from tests.support.approval_agent import PAYMENTS, payments_agent
+async def left_by_a_worker(store: pev.Store) -> tuple[str, asyncio.Event, asyncio.Task[Any]]:
+    """A payment task submitted and driven by a worker until it awaits approval.
 
+    Returns the task's id, the worker's stop event and the worker's task (still running).
+    """
     PAYMENTS.clear()
-    store = MemoryStore()
     task_id = await pev.submit("pay", agent=payments_agent, store=store)
     stop = asyncio.Event()
     running = asyncio.create_task(pev.worker(store, stop=stop, poll_s=0.05))
     await awaiting(store, task_id, 1)
+    return task_id, stop, running
+
+
+async def test_a_worker_leaves_a_task_awaiting_approval_and_another_claim_finishes_it() -> None:
+    """Workers never hold a waiting task: they release it, and claim it once it is approved."""
+    store = MemoryStore()
+    task_id, stop, running = await left_by_a_worker(store)
     assert PAYMENTS == []
     await asyncio.sleep(0.2)  # the worker does not claim it back while it waits
     assert (await Ledger(store).state(task_id)).phase is TaskPhase.AWAITING_APPROVAL
@@ -350,16 +359,10 @@ async def test_a_worker_leaves_a_task_awaiting_approval_and_another_claim_finish
 
 async def test_resume_of_a_task_awaiting_approval_waits_then_goes_on() -> None:
     """resume finds the task waiting: it waits too, holding nothing, and drives on once decided."""
-    from tests.support.approval_agent import PAYMENTS, payments_agent
-
-    PAYMENTS.clear()
     store = MemoryStore()
-    task_id = await pev.submit("pay", agent=payments_agent, store=store)
-    stop = asyncio.Event()
-    report = asyncio.create_task(pev.worker(store, stop=stop, poll_s=0.05))
-    await awaiting(store, task_id, 1)
+    task_id, stop, running = await left_by_a_worker(store)
     stop.set()
-    await report
+    await running
     resuming = asyncio.create_task(pev.resume(task_id, store=store))
     await asyncio.sleep(0.1)
     assert not resuming.done()

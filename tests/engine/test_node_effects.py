@@ -17,14 +17,11 @@ from pev.model import Effect, Plan, PlanNode, RecordStatus
 from pev.stores import MemoryStore
 from pev.testing import FunctionExecutor, ScriptedVerifier
 
-LOOKUPS: list[str] = []
-
 
 @pev.tool(effect="query", timeout_s=0.2)
 async def lookup(room: str) -> str:
-    """A read-only lookup; the first call hangs past its timeout."""
-    LOOKUPS.append(room)
-    if len(LOOKUPS) == 1:
+    """A read-only lookup; the room "slow" hangs past its timeout."""
+    if room == "slow":
         await asyncio.sleep(5)
     return f"{room} is free"
 
@@ -52,11 +49,10 @@ async def effects_of(result: pev.RunResult, store: pev.Store) -> list[tuple[str,
 async def test_a_node_without_an_effect_takes_its_tools() -> None:
     """A timed-out lookup is a failed query, not an action of unknown outcome: the task ends
     an honest partial (a device failure), and nothing is locked out as "never send twice"."""
-    LOOKUPS.clear()
     store = MemoryStore()
     result = await pev.run(
         "find a room",
-        planner=lambda _: finding(),
+        planner=lambda _: finding("slow"),
         tools=[lookup],
         verifier=ScriptedVerifier.failing("find"),
         store=store,
@@ -70,7 +66,6 @@ async def test_a_node_without_an_effect_takes_its_tools() -> None:
 
 async def test_a_node_may_make_a_query_tool_an_action() -> None:
     """effect="action" on a node of a query tool: the stricter effect stands."""
-    LOOKUPS[:] = ["warm"]  # no hang
     store = MemoryStore()
     result = await pev.run(
         "find", planner=lambda _: finding(effect=Effect.ACTION), tools=[lookup], store=store

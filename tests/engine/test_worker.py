@@ -315,11 +315,8 @@ async def _wait_ended(db: Path, ids: list[str]) -> None:
 @pytest.fixture(params=["sqlite", "postgres"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """What `pev worker --db` names: an SQLite file, or a PostgreSQL URL with its own schema."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "ledger.db")
-        return
-    with postgres.throwaway_schema() as schema:
-        yield postgres.url_of(schema)
+    with postgres.ledger_db(request.param, tmp_path) as db:
+        yield db
 
 
 def _in_store(db: str, work: Callable[[pev.Store], Awaitable[T]]) -> T:

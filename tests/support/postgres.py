@@ -14,6 +14,7 @@ import functools
 import os
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from tests.support.needs import needed
@@ -70,6 +71,24 @@ def throwaway_schema() -> Iterator[str]:
         yield name
     finally:
         drop_schema(name)
+
+
+@contextlib.contextmanager
+def throwaway_url() -> Iterator[str]:
+    """What ``--db`` names a schema of the caller's own by (skipped without a server)."""
+    with throwaway_schema() as schema:
+        yield url_of(schema)
+
+
+@contextlib.contextmanager
+def ledger_db(kind: str, folder: Path) -> Iterator[str]:
+    """What ``--db`` names for ``kind``: ``sqlite``, a file in ``folder``; ``postgres``, a
+    throwaway schema's URL (skipped without a server)."""
+    if kind == "sqlite":
+        yield str(folder / "ledger.db")
+        return
+    with throwaway_url() as url:
+        yield url
 
 
 def execute(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import click
 from rich.console import Console
@@ -20,7 +20,7 @@ from pev.cli._common import BadArgument, on_ledger, resolve_task_id, text_option
 from pev.cli._progress import progress_line
 from pev.cli._render import STATUS_STYLE, task_heading
 from pev.errors import StateError, UsageError
-from pev.ledger import Ledger, LedgerEntry, TaskState, follow
+from pev.ledger import Ledger, LedgerEntry, Store, TaskPhase, TaskState, follow
 from pev.rails import RailEvents
 
 __all__ = ["approve_command", "event_line", "events_command", "reject_command"]
@@ -102,16 +102,18 @@ def events_command(db: str, task_id: str, following: bool, after: int, as_json: 
 
 
 def _decided(
-    db: str, task_id: str, decide: str, *, by: str | None, text: str, revision: int | None
-) -> TaskState:
+    db: str, task_id: str, verb: str, decide: Callable[[Store, str], Awaitable[TaskState]]
+) -> None:
+    """Write a person's decision on the task ``task_id`` names, and say what came of it.
+
+    ``verb`` is what is done (``approve``, ``reject``); ``decide`` writes it for the full id.
+    A task that is not awaiting approval, or bad text, is a usage error (exit 2).
+    """
+
     async def write(ledger: Ledger) -> TaskState:
         full_id = await resolve_task_id(ledger, task_id)
         try:
-            if decide == "approve":
-                return await engine.approve(
-                    full_id, store=ledger.store, by=by, note=text, revision=revision
-                )
-            return await engine.reject(full_id, text, store=ledger.store, by=by, revision=revision)
+            return await decide(ledger.store, full_id)
         except UsageError as exc:
             raise BadArgument(str(exc)) from exc
         except StateError as exc:
@@ -119,11 +121,13 @@ def _decided(
             if state.finished is not None:
                 ending = f"{state.finished.status}/{state.finished.reason}"
                 raise BadArgument(
-                    f"task {full_id} has ended ({ending}): nothing to {decide}"
+                    f"task {full_id} has ended ({ending}): nothing to {verb}"
                 ) from exc
             raise BadArgument(str(exc)) from exc
 
-    return on_ledger(db, write)
+    state = on_ledger(db, write)
+    done = f"{verb}d" if verb.endswith("e") else f"{verb}ed"  # approved, rejected
+    Console().print(_decision_report(state, done), soft_wrap=True)
 
 
 def _decision_report(state: TaskState, verb: str) -> Text:
@@ -133,7 +137,7 @@ def _decision_report(state: TaskState, verb: str) -> Text:
     if state.finished is not None:
         finished = state.finished
         line.append(f"{finished.status}/{finished.reason}", style=STATUS_STYLE[finished.status])
-    elif state.phase == "executing":
+    elif state.phase is TaskPhase.EXECUTING:
         line.append("its driver dispatches it now (a worker, or `pev resume`, if none waits)")
     else:
         line.append(f"{state.phase}: the planner is told why (a worker or `pev resume` goes on)")
@@ -167,8 +171,14 @@ def approve_command(db: str, task_id: str, note: str, by: str | None, revision: 
     planned: the process of `pev run` that waits for it, else a worker or `pev resume`.
     Exit 2 if the task is not awaiting approval (of --revision, when given).
     """
-    state = _decided(db, task_id, "approve", by=by, text=note, revision=revision)
-    Console().print(_decision_report(state, "approved"), soft_wrap=True)
+    _decided(
+        db,
+        task_id,
+        "approve",
+        lambda store, full_id: engine.approve(
+            full_id, store=store, by=by, note=note, revision=revision
+        ),
+    )
 
 
 @click.command("reject")
@@ -191,5 +201,11 @@ def reject_command(
     is planned again while a replan is left, else it ends failed/rejected. Exit 2 if the task
     is not awaiting approval (of --revision, when given).
     """
-    state = _decided(db, task_id, "reject", by=by, text=reason, revision=revision)
-    Console().print(_decision_report(state, "rejected"), soft_wrap=True)
+    _decided(
+        db,
+        task_id,
+        "reject",
+        lambda store, full_id: engine.reject(
+            full_id, reason, store=store, by=by, revision=revision
+        ),
+    )

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, TypeVar
 
 from pev._json import value_problem
 from pev.engine._agent import (
@@ -176,13 +176,25 @@ def _driven(launching: Callable[P, Launch]) -> Callable[P, Coroutine[Any, Any, R
     async def run(*args: P.args, **kwargs: P.kwargs) -> RunResult:
         return await launching(*args, **kwargs).drive()
 
-    # Its parameters are the launcher's, as editors and help() show them.
-    run.__signature__ = inspect.signature(launching).replace(  # type: ignore[attr-defined]
-        return_annotation="RunResult"
-    )
-    run.__name__ = run.__qualname__ = "run"
-    run.__doc__ = RUN_DOC
-    return run
+    return presented(run, "run", RUN_DOC, parameters_of=launching, returns="RunResult")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def presented(
+    function: F, name: str, doc: str, *, parameters_of: Callable[..., Any], returns: str
+) -> F:
+    """``function`` as ``name``, with ``doc``, and the parameters of ``parameters_of``.
+
+    For an entry point made around another (``run`` and ``start`` around ``launch``): editors
+    and ``help()`` show the launcher's parameters, and the entry point's own result.
+    """
+    signature = inspect.signature(parameters_of).replace(return_annotation=returns)
+    function.__signature__ = signature  # type: ignore[attr-defined]
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = doc
+    return function
 
 
 RUN_DOC = """\

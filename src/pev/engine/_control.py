@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
-import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from types import TracebackType
 from typing import Any, ParamSpec
 
-from pev.engine._api import Launch, launch
+from pev.engine._api import Launch, launch, presented
 from pev.engine._result import RunResult
 from pev.errors import UsageError
 from pev.ledger import Ledger, Store, TaskState, follow
@@ -124,19 +123,27 @@ class EventStream:
     Iterate it (``async for event in stream``) to get every :class:`~pev.rails.RailEvent` of the
     task, in order, from the first (or after ``after``), ending with ``task_finished``. Leaving
     the loop early is fine; use it as ``async with`` to stop listening at once when you do.
+
+    Raises:
+        UsageError: ``after`` is not a sequence number (0 or more).
     """
 
     def __init__(
-        self, store: Store, task_id: str, *, after: int = 0, poll_s: float | None = None
+        self,
+        store: Store,
+        task_id: str,
+        *,
+        after: int = 0,
+        poll_s: float | None = None,
+        _ready: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise UsageError(f"after must be a sequence number (0 or more), got {after!r}")
         self._batches = follow(store, task_id, after=0, poll_s=poll_s)
         self._after = after
-        self._ready: Callable[[], Awaitable[None]] | None = None
+        # Awaited before the first read: a handle's task may not be written yet.
+        self._ready = _ready
         self._events = self._iterate()
-
-    def before(self, ready: Callable[[], Awaitable[None]]) -> None:
-        """Await ``ready`` before the first read (a handle's task may not be written yet)."""
-        self._ready = ready
 
     async def _iterate(self) -> AsyncGenerator[RailEvent, None]:
         if self._ready is not None:
@@ -189,8 +196,6 @@ def watch(
         UnknownTaskError: (on iterating) No task has that id.
         UsageError: ``after`` or ``poll_s`` is out of range.
     """
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-        raise UsageError(f"after must be a sequence number (0 or more), got {after!r}")
     return EventStream(store, task_id, after=after, poll_s=poll_s)
 
 
@@ -251,9 +256,7 @@ class TaskHandle:
         Each call is a new stream read from the ledger (see :func:`watch`): a slow consumer
         never slows the task down, and never misses an event.
         """
-        stream = watch(self.task_id, store=self.store, after=after)
-        stream.before(self._ready)
-        return stream
+        return EventStream(self.store, self.task_id, after=after, _ready=self._ready)
 
     async def state(self) -> TaskState:
         """The task's state now, read from its ledger."""
@@ -329,13 +332,7 @@ def _starting(launching: Callable[P, Launch]) -> Callable[P, TaskHandle]:
             launched.task_id, store=launched.store, _drive=drive, _written=launched.written
         )
 
-    # Its parameters are the launcher's, as editors and help() show them.
-    start.__signature__ = inspect.signature(launching).replace(  # type: ignore[attr-defined]
-        return_annotation="TaskHandle"
-    )
-    start.__name__ = start.__qualname__ = "start"
-    start.__doc__ = START_DOC
-    return start
+    return presented(start, "start", START_DOC, parameters_of=launching, returns="TaskHandle")
 
 
 START_DOC = """\

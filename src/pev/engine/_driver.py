@@ -206,14 +206,8 @@ class Driver:
             try:
                 while not state.terminal:
                     now = self._clock()
-                    waiting = state.awaiting
-                    if waiting is not None:
-                        ends = [
-                            at
-                            for at in (waiting.deadline, state.created.task_deadline)
-                            if at is not None
-                        ]
-                        timeout = min(ends, default=None)
+                    if state.awaiting is not None:
+                        timeout = state.approval_ends
                         if timeout is not None and timeout <= now:
                             await ledger.expire(task_id, now=now)  # read back below
                             timeout = None

@@ -21,7 +21,7 @@ from pev.engine._failures import noted
 from pev.engine._host import TaskHost, task_deadline_finish
 from pev.engine._planning import (
     append_feedback,
-    effective_effect,
+    dispatched_actions,
     merge_local,
     plan_request,
     redo_set,
@@ -42,7 +42,7 @@ from pev.ledger import (
     finish,
     reject_plan,
 )
-from pev.model import Effect, Plan, ToolSpec
+from pev.model import Plan, ToolSpec
 from pev.model._exceptions import describe_exception
 
 __all__ = ["PlanStep"]
@@ -144,7 +144,7 @@ class PlanStep:
         asked = approval_request(
             state.policy,
             revision=number,
-            actions=_actions(plan, redo, self._tools),
+            actions=dispatched_actions(plan, redo, self._tools),
             now=host.deadline.now(),
         )
         if asked is not None:
@@ -172,15 +172,6 @@ class PlanStep:
         if not isinstance(returned, Plan):
             return None, [f"the planner returned a {type(returned).__name__}, not a Plan"]
         return returned, []
-
-
-def _actions(plan: Plan, redo: frozenset[str], tools: Mapping[str, ToolSpec] | None) -> list[str]:
-    """The ids of the nodes of ``plan`` a revision would dispatch that are actions."""
-    return [
-        node.id
-        for node in plan.nodes
-        if (not redo or node.id in redo) and effective_effect(node, tools) is Effect.ACTION
-    ]
 
 
 def _late(state: TaskState, *, replan_left: float | None, remaining: float | None) -> TaskFinished:

@@ -33,12 +33,14 @@ from pev.model import (
 
 __all__ = [
     "append_feedback",
+    "dispatched_actions",
     "effective_effect",
     "merge_local",
     "plan_request",
     "redo_set",
     "review_plan",
     "reviewer_rejections",
+    "to_dispatch",
 ]
 
 
@@ -162,6 +164,22 @@ def effective_effect(node: PlanNode, tools: Mapping[str, ToolSpec] | None) -> Ef
     return Effect.QUERY
 
 
+def to_dispatch(plan: Plan, redo: frozenset[str] | None) -> list[PlanNode]:
+    """The nodes a new revision of ``plan`` dispatches: the redo set of a local one, else all.
+
+    ``redo`` is ``None`` outside a local replan (an empty redo set also means every node).
+    """
+    return [node for node in plan.nodes if not redo or node.id in redo]
+
+
+def dispatched_actions(
+    plan: Plan, redo: frozenset[str], tools: Mapping[str, ToolSpec] | None
+) -> list[str]:
+    """The ids of the nodes a new revision of ``plan`` would dispatch that are actions."""
+    nodes = to_dispatch(plan, redo)
+    return [node.id for node in nodes if effective_effect(node, tools) is Effect.ACTION]
+
+
 def review_plan(
     state: TaskState,
     plan: Plan,
@@ -182,8 +200,7 @@ def review_plan(
     }
     if not unknown:
         return problems
-    dispatching = [node for node in plan.nodes if kind is not RevisionKind.LOCAL or node.id in redo]
-    for node in dispatching:
+    for node in to_dispatch(plan, redo if kind is RevisionKind.LOCAL else None):
         if effective_effect(node, tools) is not Effect.ACTION or any(iter_refs(node.args)):
             continue  # nodes whose args come from $refs are checked again at dispatch
         record = unknown.get((node.tool, digest(node.args)))

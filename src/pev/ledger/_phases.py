@@ -23,7 +23,6 @@ __all__ = [
     "REPLAN_DEADLINE_PHASES",
     "SETTLED_ON_RESUME",
     "TERMINAL_PHASES",
-    "WAITING_PHASES",
     "TaskPhase",
     "allowed",
     "needs",
@@ -53,10 +52,6 @@ TERMINAL_PHASES = frozenset(
 # Where a replan deadline holds: waiting for the replan, and planning it until a revision starts.
 # Expiry and the task index (which lists overdue tasks) must agree on it.
 REPLAN_DEADLINE_PHASES = (TaskPhase.AWAITING_REPLAN, TaskPhase.PLANNING)
-
-# The phases in which a task waits with a deadline that expiry enforces: a replan's, or an
-# approval's. The task index keeps that deadline, so that overdue tasks are found by one query.
-WAITING_PHASES = (*REPLAN_DEADLINE_PHASES, TaskPhase.AWAITING_APPROVAL)
 
 _LIVE = frozenset(TaskPhase) - TERMINAL_PHASES
 _RUNNING = frozenset({TaskPhase.EXECUTING, TaskPhase.CANCELLING})

@@ -202,6 +202,19 @@ class TaskState:
         return self.approvals[-1] if self.phase is TaskPhase.AWAITING_APPROVAL else None
 
     @property
+    def approval_ends(self) -> datetime | None:
+        """While awaiting approval, when the wait ends by itself (expiry ends the task then).
+
+        The approval's deadline, or the whole task's when that comes first; ``None`` when the
+        task does not await approval, or waits without a deadline.
+        """
+        waiting = self.awaiting
+        if waiting is None:
+            return None
+        ends = [at for at in (waiting.deadline, self.created.task_deadline) if at is not None]
+        return min(ends, default=None)
+
+    @property
     def revision(self) -> Revision | None:
         """The latest revision, if any plan was accepted."""
         return self.revisions[-1] if self.revisions else None

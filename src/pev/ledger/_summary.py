@@ -62,14 +62,8 @@ def summarize(state: TaskState, *, head_hash: str, title: str | None = None) -> 
     """
     if state.created_at is None or state.updated_at is None:
         raise ValueError("a task summary needs the times of stored entries, not bare events")
-    waiting = state.awaiting
-    if state.phase in REPLAN_DEADLINE_PHASES:
-        deadline = state.replan_deadline
-    elif waiting is not None:  # the approval's deadline, or the task's when that comes first
-        ends = [d for d in (waiting.deadline, state.created.task_deadline) if d is not None]
-        deadline = min(ends) if ends else None
-    else:
-        deadline = None
+    in_replan = state.phase in REPLAN_DEADLINE_PHASES
+    deadline = state.replan_deadline if in_replan else state.approval_ends
     finished = state.finished
     # From its slots, in field order: every write makes one.
     return _build_summary(

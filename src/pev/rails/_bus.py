@@ -227,6 +227,9 @@ class RailBus:
         """
         if timeout_s is not None and not _is_seconds(timeout_s):
             raise ValueError(f"timeout_s must be a number of seconds (0 or more): {timeout_s!r}")
+        if not self._lanes:  # nothing emitted since the last drain (no rails, say): no waiting
+            self._raise_error()
+            return
         if self._loop is not None and self._loop is not asyncio.get_running_loop():
             self._abandon()
         try:

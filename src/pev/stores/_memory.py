@@ -34,7 +34,7 @@ from pev.ledger._chain import raw_entry
 from pev.ledger._lease import is_free
 from pev.ledger._watch import TaskMark, WatchedStore
 from pev.model import TaskId
-from pev.stores._wakeups import UNCLAIMABLE_PHASES, TaskSignals, Waiters
+from pev.stores._wakeups import UNCLAIMABLE_PHASES, TaskSignals, Waiters, wakes_workers
 
 __all__ = ["MemoryStore"]
 
@@ -89,9 +89,7 @@ class MemoryStore(WatchedStore):
                 self._waiting.pop(task_id, None)
             else:
                 self._waiting[task_id] = summary.replan_deadline
-        if fence is None and summary.phase not in UNCLAIMABLE_PHASES:
-            # Written by no driver (a new task, an approval, a rejection, a cancel): a worker
-            # may claim the task now.
+        if wakes_workers(summary, fence):
             self._waiters.signal()
         self._appended.signal(task_id)
 

@@ -50,7 +50,7 @@ from pev.stores._follow import Followers
 from pev.stores._group import GroupCommit
 from pev.stores._sqlite_db import RUNNABLE_TASKS, SQLiteDatabase, query_rows
 from pev.stores._sqlite_lessons import SQLiteLessons
-from pev.stores._wakeups import UNCLAIMABLE_PHASES, TaskSignals, Waiters
+from pev.stores._wakeups import TaskSignals, Waiters, wakes_workers
 
 __all__ = ["SQLiteStore"]
 
@@ -333,8 +333,7 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
                 _keep_lease(conn, first)
 
         task_id = entries[0].task_id if entries else ""
-        wakes = fence is None and summary.phase not in UNCLAIMABLE_PHASES
-        await self._appends.submit(_Append(task_id, work, wakes))
+        await self._appends.submit(_Append(task_id, work, wakes_workers(summary, fence)))
 
     async def _commit_appends(self, appends: Sequence[_Append]) -> list[BaseException | None]:
         """Commit appends together, in one transaction; then tell whom each one written concerns.

@@ -19,14 +19,23 @@ import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any
 
-from pev.ledger import TERMINAL_PHASES, TaskPhase
+from pev.ledger import TERMINAL_PHASES, Lease, TaskPhase, TaskSummary
 
-__all__ = ["UNCLAIMABLE_PHASES", "TaskSignals", "Waiters", "watched"]
+__all__ = ["UNCLAIMABLE_PHASES", "TaskSignals", "Waiters", "wakes_workers", "watched"]
 
 UNCLAIMABLE_PHASES = TERMINAL_PHASES | {TaskPhase.AWAITING_APPROVAL}
 """Phases in which no worker may claim a task: it has ended, or it waits for a person's approval
 (and holds no lease while it waits). Each store's claim leaves them out, and an append written by
 no driver that leaves its task in any other phase wakes the idle workers."""
+
+
+def wakes_workers(summary: TaskSummary, fence: Lease | None) -> bool:
+    """Whether an append wakes idle workers: written by no driver, it leaves its task claimable.
+
+    A new task without a lease (``pev.submit``), a person's approval, rejection or cancel: a
+    worker may claim the task now. (PostgreSQL's ``pev_append`` applies the same rule.)
+    """
+    return fence is None and summary.phase not in UNCLAIMABLE_PHASES
 
 
 class Waiters:
