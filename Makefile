@@ -5,14 +5,14 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 # `make test` installs every extra; `make demo` and `make bench` only what they need.
-TEST_EXTRAS  := dev,sim,llm,bench,postgres,ray
+TEST_EXTRAS  := dev,sim,llm,bench,postgres,ray,mcp
 DEMO_EXTRAS  := sim
 BENCH_EXTRAS := bench,sim,postgres,ray
 TEST_STAMP   := $(VENV)/.installed-test
 DEMO_STAMP   := $(VENV)/.installed-demo
 BENCH_STAMP  := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck pytest bench clean help
+.PHONY: demo test lint typecheck pytest bench llm-smoke clean help
 
 help:  ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -59,6 +59,10 @@ bench: $(BENCH_STAMP)  ## Kernel, ledger, engine, LangGraph, fault-suite and sca
 	$(BIN)/python bench/bench_workers.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_ray.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_watch.py --write docs/benchmarks.md
+	$(BIN)/python bench/bench_tools.py --write docs/benchmarks.md
+
+llm-smoke: $(TEST_STAMP)  ## SmolLM2-135M served by llama-cpp-python on 127.0.0.1: the LLM adapter and planner against a real server (builds llama-cpp-python: minutes; not part of `make test`).
+	bash scripts/llm_smoke.sh
 
 clean:  ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage coverage.xml

@@ -221,7 +221,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("experience", ("pev.experience",)),
     ("stores", ("pev.stores",)),
     ("engine", ("pev.engine",)),
-    ("adapters", ("pev.llm", "pev.testing", "pev.sim", "pev.ray")),
+    ("adapters", ("pev.llm", "pev.testing", "pev.sim", "pev.ray", "pev.mcp")),
     ("shell", ("pev.cli",)),
     ("package", ("pev",)),
 )

@@ -224,3 +224,21 @@ async def test_the_watch_latency_bench_sees_every_append() -> None:
     if skipped is None:
         assert "PostgreSQL" in figures
     assert "| SQLite | watcher, other store |" in watch.report(figures, skipped)
+
+
+@pytest.mark.usefixtures("bench")
+def test_the_tool_schema_bench_compares_what_it_says() -> None:
+    """`bench_tools.py` times both sides of each measure; the schema side really checks more."""
+    tools = _module("bench_tools")
+    figures = tools.measure(rounds=1, nodes=4, run_nodes=2, repeat=1)
+    assert set(figures) == {"plan validation", "the call", "a whole run"}
+    assert all(now > 0 and before > 0 for now, before in figures.values())
+    # The spec it calls "before" has no schema check: a nested error passes it, not the other.
+    bad = tools.Plan(
+        "g",
+        (tools.PlanNode("n", tool="book", args={**tools.ARGS, "booking": {"room": "huge"}}),),
+    )
+    tools.validate_plan(bad, tools={"book": tools.BEFORE})
+    with pytest.raises(pev.PlanError):
+        tools.validate_plan(bad, tools={"book": tools.book.spec})
+    assert "| plan validation |" in tools.report(figures)

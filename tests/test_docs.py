@@ -22,5 +22,7 @@ def test_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
     for index, block in enumerate(_blocks(page)):
-        code = compile(block, f"{page.name}[block {index}]", "exec")
+        # dont_inherit: the page's code runs as a reader's would, without this module's
+        # `from __future__ import annotations` (pydantic resolves a model's hints as written).
+        code = compile(block, f"{page.name}[block {index}]", "exec", dont_inherit=True)
         exec(code, namespace)  # noqa: S102 - running the documentation's own examples

@@ -33,6 +33,7 @@ PUBLIC = {
         "LedgerCorruptError",
         "LocalReplan",
         "MemoryStore",
+        "NotSent",
         "PevError",
         "Plan",
         "PlanError",
@@ -42,6 +43,7 @@ PUBLIC = {
         "RecordStatus",
         "RecoveryPolicy",
         "Reliability",
+        "Retry",
         "RootCause",
         "RunResult",
         "SQLiteStore",
@@ -91,6 +93,7 @@ PUBLIC = {
         "LeaseHeld",
         "LeaseLost",
         "LedgerCorruptError",
+        "NotSent",
         "PevError",
         "PlanError",
         "PlannerUnavailable",
@@ -128,6 +131,8 @@ PUBLIC = {
     ],
     "pev.stores": ["MemoryStore", "PostgresStore", "SQLiteStore", "Store", "open_store"],
     "pev.model": [
+        "ArgsCheck",
+        "Attempt",
         "CriterionResult",
         "CriterionStatus",
         "DEFAULT_MAX_NODES",
@@ -277,6 +282,7 @@ PUBLIC = {
         "PlannerLike",
         "Reconciler",
         "Resources",
+        "Retry",
         "RunResult",
         "Secret",
         "TaskHandle",
@@ -380,6 +386,7 @@ PUBLIC = {
         "connect",
         "drivers_on_ray",
     ],
+    "pev.mcp": ["MCPServer", "MCPUnavailable"],
     "pev.cli": [
         "EXIT_CODES",
         "cli",
@@ -408,6 +415,7 @@ def test_all_is_pinned(module: str) -> None:
         "pev.stores",
         "pev.policy",
         "pev.ray",
+        "pev.mcp",
     ],
 )
 def test_public_names_exist_and_are_documented(module: str) -> None:

@@ -6,7 +6,7 @@ Diagnose → Dispatch), and keeps every plan of a task in an append-only, hash-c
 The packages (docs/design.md says what each promises, docs/architecture.md how they layer):
 
 * :mod:`pev.engine`: :class:`Agent`, the loop (``run``, ``run_sync``, ``resume``, ``cancel``)
-  and ``@tool``;
+  and ``@tool`` (with its :class:`Retry` policy);
 * :mod:`pev.model`: the data model (plans, node results, records, evidence, contracts, verdicts);
 * :mod:`pev.kernel`: the pure decision functions (diagnose, to_replan_action, decide);
 * :mod:`pev.ledger`: events, the fold, the task state machine and the hash chain;
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from pev._lazy import lazy_names
 from pev.engine import (
     Agent,
+    Retry,
     RunResult,
     Secret,
     TaskHandle,
@@ -51,6 +52,7 @@ from pev.errors import (
     LeaseHeld,
     LeaseLost,
     LedgerCorruptError,
+    NotSent,
     PevError,
     PlanError,
     PlannerUnavailable,
@@ -134,6 +136,7 @@ __all__ = [
     "LedgerCorruptError",
     "LocalReplan",
     "MemoryStore",
+    "NotSent",
     "PevError",
     "Plan",
     "PlanError",
@@ -143,6 +146,7 @@ __all__ = [
     "RecordStatus",
     "RecoveryPolicy",
     "Reliability",
+    "Retry",
     "RootCause",
     "RunResult",
     "SQLiteStore",

@@ -11,6 +11,7 @@ kernel decides on; the exceptions here are for misuse, invalid input and broken 
     ├── UsageError           pev was called in a way it cannot serve (a bug in the caller)
     │   ├── ComponentError   a planner, executor, tools, verifier or observer that will not do
     │   └── PolicyError      a RecoveryPolicy field out of range (also a ValueError)
+    ├── NotSent              raised by a tool: this call reached nothing outside (safe to retry)
     ├── LeaseError           who drives a task: a lease that cannot be had or was lost
     │   ├── LeaseHeld        another live driver holds the task's lease
     │   └── LeaseLost        this driver's lease was taken over; it must write nothing more
@@ -42,6 +43,7 @@ __all__ = [
     "LeaseHeld",
     "LeaseLost",
     "LedgerCorruptError",
+    "NotSent",
     "PevError",
     "PlanError",
     "PlannerUnavailable",
@@ -153,6 +155,32 @@ class PolicyError(UsageError, ValueError):
         super().__init__(message)
         self.field = field
         self.value = value
+
+
+class NotSent(PevError):  # noqa: N818 - the documented public name
+    """Raised by a tool that knows its call reached nothing outside: nothing was sent.
+
+    A tool raises it when it failed *before* anything left the process (the connection was
+    refused, a rate limiter said no, a precondition failed), so calling it again cannot do a
+    thing twice. It is the only exception an action tool's :class:`~pev.Retry` retries on
+    (docs/tools.md, "Retries"); when it is not retried (no retry policy, or the last attempt),
+    the node fails with an outcome that is known: nothing was sent, so the record is
+    ``failed``, never ``unknown``.
+
+    Args:
+        message: What stopped the call (default: ``"nothing was sent"``).
+        cause: The exception that stopped it, kept as ``__cause__``, as ``raise NotSent(...)
+            from exc`` does.
+    """
+
+    # No attribute named `cause`: Ray's RayTaskError has one, and a tool's NotSent raised on a
+    # Ray worker comes back as a class made of both.
+    def __init__(
+        self, message: str = "nothing was sent", *, cause: BaseException | None = None
+    ) -> None:
+        super().__init__(message)
+        if cause is not None:
+            self.__cause__ = cause
 
 
 class LeaseError(PevError):

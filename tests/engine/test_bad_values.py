@@ -211,7 +211,7 @@ async def test_a_rejected_plan_that_can_be_recorded_is_kept(db: Path) -> None:
         pytest.param(10**5000, id="5000-digit-int"),
         pytest.param(_nested(900), id="900-deep-dict"),
         pytest.param(math.nan, id="nan"),
-        pytest.param({"when": datetime(2025, 1, 1)}, id="datetime"),  # noqa: DTZ001
+        pytest.param({"when": object()}, id="object"),
         pytest.param("\ud800", id="surrogate"),
         pytest.param("x" * 2_000_000, id="two-megabytes"),
         pytest.param({(1, 2): "tuple key"}, id="tuple-key"),

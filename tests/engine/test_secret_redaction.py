@@ -56,7 +56,7 @@ async def raised_by(item: pev.engine.Tool[..., Any]) -> Exception:
         return item.fn(**kwargs)
 
     try:
-        await item.with_secrets(kwargs, invoke)
+        await item.call_with(kwargs, invoke)
     except Exception as exc:  # noqa: BLE001 - what it raised is the subject
         return exc
     raise AssertionError("the tool was expected to raise")
@@ -214,5 +214,5 @@ async def test_base_exceptions_pass_through_as_themselves(signal: type[BaseExcep
 
     call: Callable[[], Awaitable[object]] = interrupted
     with pytest.raises(signal) as caught:
-        await gateway(refuse).with_secrets({}, call)
+        await gateway(refuse).call_with({}, call)
     assert caught.value is raised

@@ -4,6 +4,8 @@ Each test queues the replies it needs (``server.reply(...)``, ``server.fail(500)
 pops one per HTTP request, so a retry by the SDK consumes the next one, and records every
 request (its JSON body and headers) so a test can check what the client sent. When the queue is
 empty it answers 418, which the SDK does not retry: an unexpected extra call shows up at once.
+A ``gate`` may answer a request first, without touching the queue (a server that refuses some
+``response_format``, whatever it is asked).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class Scripted:
 
     status: int = 200
     content: Content = ""
+    error: object = None  # the error answer's JSON body; None: a generic server error
     delay_s: float = 0.0
     prompt_tokens: int = 11
     completion_tokens: int = 7
@@ -68,6 +71,7 @@ class ChatServer:
     model: str = "scripted-model"
     replies: deque[Scripted] = field(default_factory=deque)
     requests: list[Seen] = field(default_factory=list)
+    gate: Callable[[Seen], Scripted | None] | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -75,13 +79,23 @@ class ChatServer:
         """Queue a 200 answer whose assistant message is ``content``."""
         self.replies.append(Scripted(content=content, **options))
 
-    def fail(self, status: int, *, times: int = 1) -> None:
-        """Queue ``times`` error answers with HTTP ``status``."""
-        self.replies.extend(Scripted(status=status) for _ in range(times))
+    def refuse_when(
+        self, refused: Callable[[Seen], bool], *, status: int, error: object = None
+    ) -> None:
+        """Answer every request that ``refused`` picks with HTTP ``status`` (and ``error``)."""
+        answer = Scripted(status=status, error=error)
+        self.gate = lambda seen: answer if refused(seen) else None
+
+    def fail(self, status: int, *, times: int = 1, error: object = None) -> None:
+        """Queue ``times`` error answers with HTTP ``status`` (and ``error`` as the body)."""
+        self.replies.extend(Scripted(status=status, error=error) for _ in range(times))
 
     def next_reply(self, seen: Seen) -> Scripted | None:
         with self.lock:
             self.requests.append(seen)
+            gated = self.gate(seen) if self.gate is not None else None
+            if gated is not None:
+                return gated
             return self.replies.popleft() if self.replies else None
 
 
@@ -109,7 +123,9 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 return
             if scripted.status != 200:
                 # retry-after-ms keeps the SDK's backoff short, so the test stays fast.
-                message = {"error": {"message": "scripted failure", "type": "server_error"}}
+                message = scripted.error or {
+                    "error": {"message": "scripted failure", "type": "server_error"}
+                }
                 self._send(scripted.status, message, {"retry-after-ms": "10"})
                 return
             content = scripted.content

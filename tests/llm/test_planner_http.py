@@ -142,15 +142,16 @@ async def test_usage_of_rejected_and_accepted_plans_is_recorded(chat_server: Cha
 async def test_the_request_asks_for_a_plan_schema_naming_the_tools(
     chat_server: ChatServer,
 ) -> None:
-    """Structured output: a JSON schema whose tool field lists the registered tools."""
+    """Structured output: a JSON schema with one node shape per registered tool."""
     chat_server.reply(PLAN_TEXT)
     await run_with_llm_planner(chat_server)
     [seen] = chat_server.requests
     response_format = seen.body["response_format"]
     assert response_format["type"] == "json_schema"
     assert response_format["json_schema"]["name"] == "pev_plan"
-    node = response_format["json_schema"]["schema"]["properties"]["nodes"]["items"]
-    assert node["properties"]["tool"]["enum"] == ["forecast", "publish", None]
+    assert response_format["json_schema"]["strict"] is False  # optional args stay optional
+    branches = response_format["json_schema"]["schema"]["properties"]["nodes"]["items"]["anyOf"]
+    assert [node["properties"]["tool"]["const"] for node in branches] == ["forecast", "publish"]
     system = seen.body["messages"][0]["content"]
     assert "Keep plans short." in system
     assert "- forecast(city: string) [query]: The forecast for a city." in seen.user_text

@@ -12,8 +12,10 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -33,9 +35,11 @@ from pev.cli._common import (
     task_db,
     text_option,
 )
+from pev.cli._mcp import open_recorded, open_servers, recorded_agent, records_servers
 from pev.cli._progress import ConsoleRail
 from pev.cli._render import STATUS_STYLE, task_heading
-from pev.cli._taskfile import TaskFileError, load_task_file
+from pev.cli._taskfile import TaskFile, TaskFileError, load_task_file
+from pev.engine import Agent
 from pev.errors import ComponentError, ContractError, LeaseHeld, UsageError
 from pev.experience import LessonBook
 from pev.ledger import Ledger, TaskState, new_task_id
@@ -72,16 +76,17 @@ def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> N
         if await ledger.store.summary(new_id) is not None:
             fail(f"--task-id: a task with id {new_id!r} exists already; choose another id")
         try:
-            result = await engine.run(
-                spec.input,
-                agent=spec.agent,
-                contract=spec.contract,
-                policy=spec.policy,
-                store=ledger.store,
-                rails=rails,
-                task_id=new_id,
-                experience=LessonBook(ledger.store),
-            )
+            async with _task_file_agent(task_file, spec) as agent:
+                result = await engine.run(
+                    spec.input,
+                    agent=agent,
+                    contract=spec.contract,
+                    policy=spec.policy,
+                    store=ledger.store,
+                    rails=rails,
+                    task_id=new_id,
+                    experience=LessonBook(ledger.store),
+                )
         except (UsageError, ContractError) as exc:
             fail(_task_file_problem(task_file, exc))
         return await ledger.state(result.task_id)
@@ -117,14 +122,17 @@ def submit_command(db: str, task_file: Path, task_id: str | None) -> None:
         if task_id is not None and await ledger.store.summary(task_id) is not None:
             fail(f"--task-id: a task with id {task_id!r} exists already; choose another id")
         try:
-            return await engine.submit(
-                spec.input,
-                agent=spec.agent,
-                contract=spec.contract,
-                policy=spec.policy,
-                store=ledger.store,
-                task_id=task_id,
-            )
+            # A task file's MCP servers are opened once, to list their tools (for the record);
+            # the workers open them again to drive the task.
+            async with _task_file_agent(task_file, spec) as agent:
+                return await engine.submit(
+                    spec.input,
+                    agent=agent,
+                    contract=spec.contract,
+                    policy=spec.policy,
+                    store=ledger.store,
+                    task_id=task_id,
+                )
         except (UsageError, ContractError) as exc:
             fail(_task_file_problem(task_file, exc))
 
@@ -132,8 +140,25 @@ def submit_command(db: str, task_file: Path, task_id: str | None) -> None:
     click.echo(on_ledger(where, write, named_by=named_by))
 
 
+@asynccontextmanager
+async def _task_file_agent(task_file: Path, spec: TaskFile) -> AsyncIterator[Agent]:
+    """The task file's agent, with the tools of its MCP servers, open until the block ends."""
+    if spec.agent is not None:
+        yield spec.agent
+        return
+    async with _opening(open_servers(spec.mcp)) as tools:
+        try:
+            agent = spec.agent_with(tools)
+        except TaskFileError as exc:
+            exc.path = task_file
+            fail(str(exc))
+        yield agent
+
+
 def _task_file_problem(task_file: Path, exc: UsageError | ContractError) -> str:
     """What the engine refused in a task file's task, as one line naming the field at fault."""
+    if isinstance(exc, MCPOpenError):
+        return str(TaskFileError("mcp", str(exc), path=task_file))
     if isinstance(exc, ComponentError):
         field = f"components.{exc.role}"
     elif isinstance(exc, ContractError):
@@ -293,6 +318,7 @@ def worker_command(
                     poll_s=poll_s,
                     stop=stop,
                     experience=LessonBook(ledger.store),
+                    agent_for=recorded_agent,  # opens the MCP servers a task recorded
                 )
             try:
                 return await on_ray(
@@ -368,9 +394,16 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
     async def drive(ledger: Ledger) -> TaskState:
         full_id = await resolve_task_id(ledger, task_id)
         try:
-            result = await engine.resume(
-                full_id, store=ledger.store, rails=rails, experience=LessonBook(ledger.store)
-            )
+            async with _recorded_tools(ledger, full_id) as tools:
+                result = await engine.resume(
+                    full_id,
+                    store=ledger.store,
+                    rails=rails,
+                    experience=LessonBook(ledger.store),
+                    tools=tools,
+                )
+        except MCPOpenError as exc:
+            fail(f"task {full_id}: {exc}")
         except LeaseHeld as exc:
             fail(
                 f"task {full_id} is being driven by {exc.owner} (its lease runs until "
@@ -390,6 +423,32 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
         return await ledger.state(result.task_id)
 
     ended(console, interruptible(task_id, lambda: on_ledger(db, drive)), progress=progress)
+
+
+@asynccontextmanager
+async def _recorded_tools(ledger: Ledger, task_id: str) -> AsyncIterator[list[Any] | None]:
+    """The tools of a task that recorded MCP servers, open meanwhile; ``None`` for others."""
+    state = await ledger.state(task_id)
+    if state.terminal or not records_servers(state.created.components):
+        yield None
+        return
+    async with _opening(open_recorded(state.created.components)) as tools:
+        yield tools
+
+
+@asynccontextmanager
+async def _opening(servers: AbstractAsyncContextManager[list[Any]]) -> AsyncIterator[list[Any]]:
+    """``servers``' tools; a failure to open them is an :class:`MCPOpenError`, not the body's."""
+    async with AsyncExitStack() as stack:
+        try:
+            tools = await stack.enter_async_context(servers)
+        except UsageError as exc:
+            raise MCPOpenError(str(exc)) from exc
+        yield tools
+
+
+class MCPOpenError(UsageError):
+    """The MCP servers of a task could not be opened: one line, exit 2."""
 
 
 @click.command("cancel")

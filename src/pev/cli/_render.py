@@ -23,7 +23,13 @@ from pev.ledger import (
     VerdictRecorded,
     known_refs,
 )
-from pev.model import CriterionStatus, RecordStatus, canonical_json, record_status_for
+from pev.model import (
+    CriterionStatus,
+    ExecutionRecord,
+    RecordStatus,
+    canonical_json,
+    record_status_for,
+)
 
 __all__ = [
     "SHORT_ID",
@@ -179,10 +185,37 @@ def _revision(state: TaskState, revision: Revision) -> RenderableType:
         effect = record.effect if record is not None else node.effect or "tool's"
         table.add_row(node.id, node.tool or "", str(effect), ", ".join(node.after), cell)
     parts: list[RenderableType] = [table]
+    parts.extend(_attempt_lines(state, revision, records))
     parts.extend(approval_lines(state, revision.number))
     parts.extend(_verdicts(state, revision.number))
     parts.append(Text(""))
     return Group(*parts)
+
+
+def _attempt_lines(
+    state: TaskState, revision: Revision, records: Mapping[str, ExecutionRecord]
+) -> list[Text]:
+    """Each attempt of the calls a retry policy made more than once: when, how long, and why."""
+    lines: list[Text] = []
+    for node in revision.plan.nodes:
+        record = records.get(node.id)
+        result = None if record is None else state.results.get(record.id)
+        if result is None or not result.attempts:
+            continue
+        lines.append(Text(f"attempts of {node.id} ({node.tool}):", style="bold"))
+        for attempt in result.attempts:
+            line = Text(
+                f"  attempt {attempt.number} at +{attempt.started_s:.3f} s "
+                f"({attempt.duration_s:.3f} s): "
+            )
+            if attempt.error is None:
+                line.append("succeeded", style="green")
+            else:
+                line.append(attempt.error, style="red")
+            if attempt.wait_s:
+                line.append(f"; then waited {attempt.wait_s:.3f} s", style="dim")
+            lines.append(line)
+    return lines
 
 
 def approval_lines(state: TaskState, number: int) -> list[Text]:

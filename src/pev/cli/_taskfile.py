@@ -6,6 +6,8 @@ format the ledger records and resolved the same way (:mod:`pev._imports`): a cla
 instantiated with no arguments. The task file's own folder comes first on ``sys.path`` while
 they are imported, so ``agent:planner`` finds the ``agent.py`` next to the file. Either the
 agent is named whole (``agent = "myapp.agents:booking"``, a :class:`pev.Agent`), or its parts.
+``[[mcp]]`` tables name MCP servers whose tools join the agent's (docs/mcp.md): the command line
+opens them for the task's life, so the agent of such a file is built once they are open.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pev._imports import ImportPathError, check_import_path, resolve
 from pev.engine import Agent, ToolRegistry
@@ -31,13 +33,29 @@ from pev.model import JsonValue, VerificationContract, VerificationMode, freeze_
 from pev.policy import RecoveryPolicy
 from pev.stores._open import is_url
 
+if TYPE_CHECKING:
+    from pev.mcp._config import ServerConfig
+
 __all__ = ["MAX_TASK_FILE_BYTES", "TaskFile", "TaskFileError", "load_task_file"]
 
 # The keys a task file may hold, table by table; anything else is a typo to point out.
-_TOP_LEVEL = ("input", "store", "contract", "policy", "components")
+_TOP_LEVEL = ("input", "store", "contract", "policy", "components", "mcp")
 _CONTRACT = ("mode", "goal", "success_criteria", "constraints", "required_evidence")
 _POLICY = tuple(f.name for f in dataclasses.fields(RecoveryPolicy))
 _COMPONENTS = ("agent", "planner", "tools", "executor", "verifier", "observer")
+_MCP = (
+    "name",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "prefix",
+    "tools",
+    "timeout_s",
+    "connect_timeout_s",
+)
 _TOML_WHERE = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)$")
 _POLICY_PROBLEM = re.compile(r"RecoveryPolicy\.(\w+) (.*)", re.DOTALL)
 
@@ -90,34 +108,49 @@ class TaskFile:
         contract: The verification contract: the file's, else the agent's; ``None`` for pev's
             default (``off`` without a verifier, ``recovery`` with one).
         policy: The recovery policy: the file's, else the agent's, else the defaults.
-        agent: The agent: the one the file names, or one built from the parts it names.
+        agent: The agent: the one the file names, or one built from the parts it names;
+            ``None`` when the file names MCP servers, whose tools exist only once they are
+            open (see :meth:`agent_with`).
         components: Role → the import path the file gives (``tools`` joined by commas).
         store: The store the file names for its task (a ``postgresql://`` URL, or an SQLite
             file's path, relative ones taken from the file's folder), or ``None``.
+        mcp: The MCP servers its ``[[mcp]]`` tables name, in order.
+        parts: Role → the component the file names (``agent``, or its parts), imported.
     """
 
     path: Path
     input: JsonValue
     contract: VerificationContract | None
     policy: RecoveryPolicy
-    agent: Agent
+    agent: Agent | None
     components: Mapping[str, str]
     store: str | None = None
+    mcp: tuple[ServerConfig, ...] = ()
+    parts: Mapping[str, Any] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+
+    def agent_with(self, tools: Sequence[object]) -> Agent:
+        """The agent, its tools joined by ``tools`` (those of the file's open MCP servers).
+
+        Raises:
+            TaskFileError: Two tools share a name (the way out: a ``prefix``), or the parts
+                cannot make an agent.
+        """
+        return _agent(self.parts, self.contract, extra_tools=tuple(tools))
 
     @property
     def tools(self) -> ToolRegistry | None:
-        """The agent's tools, when it has tools (else it has an executor)."""
-        return self.agent.tools or None
+        """The agent's tools, when it has tools (else it has an executor, or MCP servers)."""
+        return self.agent.tools or None if self.agent is not None else None
 
     @property
     def executor(self) -> object | None:
         """The agent's executor, when it has one."""
-        return self.agent.executor
+        return self.agent.executor if self.agent is not None else None
 
     @property
     def observer(self) -> object | None:
         """The agent's observer, if any."""
-        return self.agent.observer
+        return self.agent.observer if self.agent is not None else self.parts.get("observer")
 
 
 def load_task_file(path: Path) -> TaskFile:
@@ -155,19 +188,26 @@ def _load(path: Path) -> TaskFile:
     store = _store(document.get("store"), path)
     contract = _contract(document.get("contract"))
     policy = _policy(document.get("policy"))
-    paths = _component_paths(document.get("components"), contract)
+    servers = _mcp_servers(document.get("mcp"), path.resolve().parent)
+    paths = _component_paths(document.get("components"), contract, servers=bool(servers))
     with _importable_from(path.resolve().parent):
-        agent = _agent(paths, contract)
+        parts = _parts(paths)
+    named = parts.get("agent")
+    # With MCP servers the agent is built once they are open; the parts are checked now.
+    agent = None if servers else _agent(parts, contract)
+    base = agent if agent is not None else named if isinstance(named, Agent) else None
     return TaskFile(
         path=path,
         input=task_input,
-        contract=contract or agent.contract,
-        policy=policy or agent.policy or RecoveryPolicy(),
+        contract=contract or (base.contract if base is not None else None),
+        policy=policy or (base.policy if base is not None else None) or RecoveryPolicy(),
         agent=agent,
         components=MappingProxyType(
             {role: ",".join(t) if isinstance(t, tuple) else t for role, t in paths.items()}
         ),
         store=store,
+        mcp=servers,
+        parts=MappingProxyType(parts),
     )
 
 
@@ -325,8 +365,13 @@ def _policy(raw: object) -> RecoveryPolicy | None:
         raise TaskFileError(f"policy.{problem[1]}", problem[2]) from None
 
 
-def _component_paths(raw: object, contract: VerificationContract | None) -> dict[str, Any]:
-    """Role → import path (``tools`` → a tuple of them), checked before anything is imported."""
+def _component_paths(
+    raw: object, contract: VerificationContract | None, *, servers: bool = False
+) -> dict[str, Any]:
+    """Role → import path (``tools`` → a tuple of them), checked before anything is imported.
+
+    With MCP ``servers``, the tools may all come from them.
+    """
     if raw is None:
         raise TaskFileError(
             "components", f"missing; add a [components] table: {_EXAMPLE_COMPONENTS}"
@@ -362,7 +407,14 @@ def _component_paths(raw: object, contract: VerificationContract | None) -> dict
         raise TaskFileError(
             "components", "give tools or executor, not both; keep the one that runs the plan"
         )
-    if "tools" not in paths and "executor" not in paths:
+    if servers and "executor" in paths:
+        raise TaskFileError(
+            "components.executor",
+            "an executor runs every node itself, so the tools of the [[mcp]] servers would "
+            'never be called; give tools = ["agent:my_tool"] (or none), or drop the [[mcp]] '
+            "tables",
+        )
+    if "tools" not in paths and "executor" not in paths and not servers:
         raise TaskFileError(
             "components",
             'give tools = ["agent:my_tool"] (functions decorated with @pev.tool) '
@@ -382,6 +434,90 @@ def _component_paths(raw: object, contract: VerificationContract | None) -> dict
             'observer = "agent:observer", or drop required_evidence',
         )
     return paths
+
+
+def _mcp_servers(raw: object, folder: Path) -> tuple[ServerConfig, ...]:
+    """The ``[[mcp]]`` tables, checked: each one server, started in the file's folder."""
+    if raw is None:
+        return ()
+    if isinstance(raw, dict):
+        raise TaskFileError(
+            "mcp", "must be an array of tables: write [[mcp]] (two brackets), one per server"
+        )
+    if not isinstance(raw, list) or not raw:
+        raise TaskFileError("mcp", f"must be [[mcp]] tables, one per server; got {_kind(raw)}")
+    try:
+        from pev.mcp._config import default_name  # noqa: PLC0415 - the mcp extra
+    except ImportError as exc:
+        raise TaskFileError("mcp", str(exc)) from None
+    servers: list[ServerConfig] = []
+    for index, table in enumerate(raw, start=1):
+        where = f"mcp[{index}]"
+        if not isinstance(table, dict):
+            raise TaskFileError(where, f"must be a table ([[mcp]]), got {_kind(table)}")
+        label = (
+            f"mcp[{index}]"
+            if not isinstance(table.get("name"), str)
+            else (f"mcp[{index}] ({table['name']})")
+        )
+        _check_keys(table, _MCP, label)
+        config = _mcp_server(table, label, folder, default_name)
+        if any(server.name == config.name for server in servers):
+            raise TaskFileError(
+                f"{label}.name",
+                f"two [[mcp]] tables are named {config.name!r}; give each server its own name",
+            )
+        servers.append(config)
+    return tuple(servers)
+
+
+def _mcp_server(
+    table: Mapping[str, Any], label: str, folder: Path, default_name: Any
+) -> ServerConfig:
+    from pev.mcp._config import ServerConfig  # noqa: PLC0415 - the mcp extra
+
+    if ("command" in table) == ("url" in table):
+        raise TaskFileError(
+            label,
+            'give command = "..." (a server pev starts, over stdio) or url = "http://..." '
+            "(a streamable-HTTP server), exactly one",
+        )
+    fields: dict[str, Any] = {}
+    for key in ("name", "command", "url", "prefix", "cwd"):
+        if key in table and not isinstance(table[key], str):
+            raise TaskFileError(f"{label}.{key}", f"must be a string, got {_kind(table[key])}")
+    for key in ("args", "tools"):
+        if key in table:
+            fields[key] = _strings(table[key], f"{label}.{key}")
+    for key in ("env", "headers"):
+        if key in table:
+            value = _table(table[key], f"{label}.{key}")
+            for name, item in value.items():
+                if not isinstance(item, str):
+                    raise TaskFileError(
+                        f"{label}.{key}.{name}", f"must be a string, got {_kind(item)}"
+                    )
+            fields[key] = value
+    for key in ("timeout_s", "connect_timeout_s"):
+        if key in table:
+            fields[key] = table[key]
+    transport: Literal["stdio", "http"] = "stdio" if "command" in table else "http"
+    name = table.get("name") or default_name(
+        transport, table.get("command", ""), fields.get("args", ()), table.get("url", "")
+    )
+    if transport == "stdio":
+        cwd = folder / Path(table["cwd"]).expanduser() if "cwd" in table else folder
+        fields |= {"command": table["command"], "cwd": str(cwd)}
+    else:
+        fields["url"] = table["url"]
+    try:
+        return ServerConfig(name=name, transport=transport, prefix=table.get("prefix"), **fields)
+    except UsageError as exc:
+        problem = str(exc).removeprefix(f"MCP server {name!r}: ")
+        field, _, rest = problem.partition(" ")
+        if field in _MCP:
+            raise TaskFileError(f"{label}.{field}", rest.lstrip(": ")) from None
+        raise TaskFileError(label, problem) from None
 
 
 def _import_path(value: object, field: str) -> str:
@@ -406,8 +542,8 @@ def _importable_from(folder: Path) -> Iterator[None]:
             sys.path.remove(entry)
 
 
-def _agent(paths: Mapping[str, Any], contract: VerificationContract | None) -> Agent:
-    """The agent the file names, or one built from the parts it names."""
+def _parts(paths: Mapping[str, Any]) -> dict[str, Any]:
+    """Role → the component each path names, imported (``agent``: a checked pev.Agent)."""
     if "agent" in paths:
         agent = _resolve(paths["agent"], "components.agent")
         if not isinstance(agent, Agent):
@@ -416,8 +552,7 @@ def _agent(paths: Mapping[str, Any], contract: VerificationContract | None) -> A
                 f"{paths['agent']} is {_kind(agent)}, not a pev.Agent; point at a module-level "
                 "agent = pev.Agent(...), or name its parts (planner, tools, ...) instead",
             )
-        _check_agent_contract(agent, contract)
-        return agent
+        return {"agent": agent}
     parts = {
         role: _resolve(text, f"components.{role}")
         for role, text in paths.items()
@@ -425,17 +560,54 @@ def _agent(paths: Mapping[str, Any], contract: VerificationContract | None) -> A
     }
     if "tools" in paths:
         parts["tools"] = tuple(_resolve(text, "components.tools") for text in paths["tools"])
+    return parts
+
+
+def _agent(
+    parts: Mapping[str, Any],
+    contract: VerificationContract | None,
+    *,
+    extra_tools: tuple[Any, ...] = (),
+) -> Agent:
+    """The agent the file names, or one built from the parts it names.
+
+    ``extra_tools`` (those of the file's MCP servers) join its tools.
+    """
+    named = parts.get("agent")
+    if isinstance(named, Agent):
+        _check_agent_contract(named, contract)
+        if not extra_tools:
+            return named
+        parts = {
+            "planner": named.planner,
+            "verifier": named.verifier,
+            "tools": tuple(named.tools.values()),
+            "executor": named.executor,
+            "observer": named.observer,
+        }
+        options: dict[str, Any] = {
+            "contract": named.contract,
+            "policy": named.policy,
+            "rails": named.rails,
+            "resources": named.resources,
+        }
+    else:
+        options = {}
     try:
         return Agent(
             parts["planner"],
             verifier=parts.get("verifier"),
-            tools=parts.get("tools", ()),
+            tools=(*parts.get("tools", ()), *extra_tools),
             executor=parts.get("executor"),
             observer=parts.get("observer"),
             defined_in="",
+            **options,
         )
     except ComponentError as exc:
-        raise TaskFileError(f"components.{exc.role}", str(exc)) from None
+        message = str(exc)
+        if extra_tools and "two tools are named" in message:
+            message += "; or set a prefix in the [[mcp]] table of one of the servers"
+        raise TaskFileError(f"components.{exc.role}", message) from None
 
 
 def _check_agent_contract(agent: Agent, contract: VerificationContract | None) -> None:

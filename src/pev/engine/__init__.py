@@ -35,6 +35,7 @@ from pev.engine._protocols import (
     report_usage,
 )
 from pev.engine._result import RunResult
+from pev.engine._retry import Retry
 from pev.engine._secret import Secret
 from pev.engine._tool_executor import Resources, ToolExecutor
 from pev.engine._tools import Reconciler, Tool, ToolRegistry, tool
@@ -56,6 +57,7 @@ __all__ = [
     "PlannerLike",
     "Reconciler",
     "Resources",
+    "Retry",
     "RunResult",
     "Secret",
     "TaskHandle",

@@ -35,7 +35,17 @@ from pev.errors import ComponentError
 from pev.model import ToolSpec
 from pev.policy import RecoveryPolicy
 
-__all__ = ["Components", "agent_paths", "build_components", "import_path", "load", "rebuild"]
+__all__ = [
+    "Components",
+    "agent_paths",
+    "build_components",
+    "has_recorded_tools",
+    "import_path",
+    "load",
+    "rebuild",
+    "recorded_tools",
+    "tool_source",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +98,54 @@ def agent_paths(agent: Agent) -> dict[str, str]:
         if path:
             paths[role] = path
     if agent.tools:
-        tool_paths = [import_path(item) for item in agent.tools.values()]
+        sources = [tool_source(item) for item in agent.tools.values()]
+        tool_paths = [
+            import_path(item)
+            for item, source in zip(agent.tools.values(), sources, strict=True)
+            if source is None
+        ]
         if all(tool_paths):
-            paths["tools"] = ",".join(p for p in tool_paths if p)
+            if tool_paths:
+                paths["tools"] = ",".join(p for p in tool_paths if p)
+            paths.update(source for source in sources if source is not None)
     else:
         path = import_path(agent.executor)
         if path:
             paths["executor"] = path
     return paths
+
+
+def tool_source(item: Tool[..., Any]) -> tuple[str, str] | None:
+    """How a tool that a session made (an MCP server's) is made again, or ``None``.
+
+    Such a tool's function carries ``recorded_source``: a components key with a ``:`` (never a
+    role's name) and the text that opens the session again (``mcp:rooms`` and the server's
+    configuration). The task records the key and text instead of a path; who resumes it opens
+    the session and passes its tools (``pev resume`` and ``pev worker`` do, see docs/mcp.md).
+    """
+    source = getattr(item.fn, "recorded_source", None)
+    if (
+        isinstance(source, tuple)
+        and len(source) == 2
+        and all(isinstance(part, str) for part in source)
+        and ":" in source[0]
+    ):
+        return source
+    return None
+
+
+def has_recorded_tools(paths: Mapping[str, str]) -> bool:
+    """Whether a task's components record its tools: by path, or by the sessions that made them."""
+    return "tools" in paths or any(":" in key for key in paths)
+
+
+def recorded_tools(paths: Mapping[str, str]) -> list[object]:
+    """The tools a task recorded by import path (not those that sessions made), rebuilt.
+
+    Raises:
+        ComponentError: As :func:`rebuild` does for a tool path.
+    """
+    return [_load_tool(path) for path in paths["tools"].split(",")] if "tools" in paths else []
 
 
 def import_path(component: object) -> str | None:
@@ -130,7 +180,9 @@ def _tool_path(item: Tool[..., Any]) -> str | None:
     )
     if bound is not None:
         return bound
-    if item.reconcile is None and item == tool(item.fn):
+    # Equality leaves out the options that are not plain values: none of them may be set.
+    others = (item.reconcile, item.input_schema, item.check, item.retry)
+    if all(option is None for option in others) and not item.placement and item == tool(item.fn):
         return import_path(item.fn)  # rebuilt as tool(fn): the very same options
     return None
 
@@ -232,6 +284,14 @@ def rebuild(paths: Mapping[str, str], given: Mapping[str, Any]) -> Agent:
         tools = None
         if executor is None and "tools" in paths:
             tools = [_load_tool(path) for path in paths["tools"].split(",")]
+        sessions = sorted(key for key in paths if ":" in key)
+        if executor is None and sessions:
+            raise ComponentError(
+                f"the tools came from {', '.join(sessions)}, which must be opened again: open "
+                "them and pass all the tools to resume (tools=...), or use `pev resume`, which "
+                "does",
+                role="tools",
+            )
     return Agent(
         planner,
         verifier=verifier,

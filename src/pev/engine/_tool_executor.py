@@ -2,7 +2,8 @@
 
 :class:`ToolExecutor` runs one node with the tool it names. It applies the timeout (the tool's,
 else the policy's, never past the node's deadline), keeps tools that share a resource apart
-(through the :class:`Resources` it is given), and turns everything a tool can do wrong into a
+(through the :class:`Resources` it is given), calls again a tool whose retry policy says so
+(:mod:`pev.engine._retry`), and turns everything a tool can do wrong into a
 :class:`~pev.model.DeviceFailure`.
 """
 
@@ -17,11 +18,14 @@ import inspect
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pev.engine._failures import noted
 from pev.engine._protocols import _NODE_CONTEXT, NodeContext, as_async
+from pev.engine._retry import AttemptLog, retried_exceptions, retrying
+from pev.engine._secret import SecretUnavailable
+from pev.engine._signature import ArgumentsRejectedError
 from pev.engine._threads import submit, sync_call
 from pev.engine._tools import Reconciler, Tool, ToolLike, ToolRegistry, check_timeout
 from pev.model import (
@@ -30,6 +34,8 @@ from pev.model import (
     ExecutionRecord,
     NodeResult,
     PlanNode,
+    Success,
+    VerifierFailure,
     thaw_json,
 )
 from pev.model._results import as_node_result
@@ -132,6 +138,10 @@ class ToolExecutor:
         ``DeviceFailure(is_timeout=True)``, with ``outcome_unknown=True`` when an action had
         started. Exceptions that are not ``Exception`` (cancellation, ``KeyboardInterrupt``)
         propagate.
+
+        A tool with a retry policy is called again within that timeout (see
+        :class:`~pev.engine.Retry`), and the result then carries each attempt
+        (``result.attempts``); the timeout itself is never retried.
         """
         found = self._registry.get(node.tool) if isinstance(node.tool, str) else None
         if found is None:
@@ -152,12 +162,21 @@ class ToolExecutor:
                 f"tool {found.name!r} was not started: {limit.source} had already passed",
                 is_timeout=True,
             )
-        call = ToolCall(found, node, context, self._resources, self._invoke)
         is_action = Effect.ACTION in (node.effect, found.effect)
+        call = ToolCall(
+            found,
+            node,
+            context,
+            self._resources,
+            self._invoke,
+            deadline=None if limit is None else limit.deadline,
+            action=is_action,
+        )
         # No scope without a limit: one that never expires does nothing but cost time.
         scope = None if limit is None else asyncio.timeout_at(limit.deadline)
         token = _NODE_CONTEXT.set(context)
         who = f"tool {found.name!r} of node {node.id!r}"
+        result: NodeResult
         try:
             if scope is None:
                 value = await call.run()
@@ -166,15 +185,18 @@ class ToolExecutor:
                     value = await call.run()
         except TimeoutError as exc:
             if limit is None or scope is None or not scope.expired():  # the tool's own error
-                return DeviceFailure(node.id, noted(exc, task_id=context.task_id, who=who))
-            return _timed_out(node.id, call, limit, is_action=is_action)
+                result = DeviceFailure(node.id, noted(exc, task_id=context.task_id, who=who))
+            else:
+                result = _timed_out(node.id, call, limit, is_action=is_action)
         except _CancelledBeforeStart:
-            return DeviceFailure(node.id, f"tool {found.name!r} was cancelled before it started")
+            result = DeviceFailure(node.id, f"tool {found.name!r} was cancelled before it started")
         except Exception as exc:  # noqa: BLE001 - every tool failure is a value
-            return DeviceFailure(node.id, noted(exc, task_id=context.task_id, who=who))
+            result = DeviceFailure(node.id, noted(exc, task_id=context.task_id, who=who))
+        else:
+            result = as_node_result(node.id, value, source=f"tool {found.name!r}", action=is_action)
         finally:
             _NODE_CONTEXT.reset(token)
-        return as_node_result(node.id, value, source=f"tool {found.name!r}", action=is_action)
+        return call.with_attempts(result, loop.time())
 
     async def reconcile(self, record: ExecutionRecord) -> NodeResult | None:
         """Ask the record's tool what a call whose outcome is unknown really did.
@@ -257,6 +279,11 @@ class _CancelledBeforeStart(Exception):  # noqa: N818 - a private signal, not an
     """The task was cancelled while the call waited for its resource."""
 
 
+# pev's own refusals before the tool is called (args its types refuse, a secret with no value, a
+# task cancelled) fail the same way each time: never retried, whatever a policy lists.
+_NEVER_RETRIED = (ArgumentsRejectedError, SecretUnavailable, _CancelledBeforeStart)
+
+
 class ToolCall:
     """One call of a tool by an executor; it holds the tool's resource until the tool has stopped.
 
@@ -264,21 +291,30 @@ class ToolCall:
         tool: The tool called.
         node: The node it runs.
         context: The node's context (its idempotency key, deadline and cancel signal).
-        kwargs: The call's arguments: the node's args as plain values, then its secrets.
-        acquired: The tool's resource is held.
-        started: The tool's code may have begun (a call still waiting has not).
+        kwargs: The call's arguments: the node's args as plain values, then its secrets (each
+            attempt of a retried call gets them afresh).
+        acquired: The tool's resource is held (by the current attempt).
+        started: The tool's code may have begun (in the current attempt; one still waiting for
+            its resource or a thread has not).
         left_running: What becomes of the call when it is cut short while running (a thread
             that keeps running, a remote task that was cancelled), for the timeout's record.
+        deadline: Loop time by which the call must end (its timeout), if any: a retry's wait
+            never reaches past it.
+        retry_on: The exceptions the tool's retry policy calls it again on (``()``: none).
+        log: The attempts made so far.
     """
 
     __slots__ = (
         "acquired",
         "context",
+        "deadline",
         "invoke",
         "kwargs",
         "left_running",
+        "log",
         "node",
         "resources",
+        "retry_on",
         "started",
         "tool",
     )
@@ -292,21 +328,62 @@ class ToolCall:
         invoke: Callable[
             [ToolCall, list[concurrent.futures.Future[Any]] | None], Awaitable[object]
         ],
+        *,
+        deadline: float | None = None,
+        action: bool | None = None,
     ) -> None:
         self.tool = chosen
         self.node = node
         self.context = context
         self.resources = resources
         self.invoke = invoke
-        self.kwargs: dict[str, Any] = {name: thaw_json(value) for name, value in node.args.items()}
+        self.deadline = deadline
+        self.kwargs: dict[str, Any] = _thawed(node)
         self.acquired = False
         self.started = False
         self.left_running = ""
+        self.log = AttemptLog()
+        is_action = chosen.effect is Effect.ACTION if action is None else action
+        self.retry_on = (
+            () if chosen.retry is None else retried_exceptions(chosen.retry, action=is_action)
+        )
 
     async def run(self) -> object:
-        """Fill the secrets, take the resource, and make the call (see :class:`ToolExecutor`)."""
-        # Secrets are filled here, and their values kept out of what comes back (see _secret).
-        return await self.tool.with_secrets(self.kwargs, self._run)
+        """Make the call, and again as the tool's retry policy says (see :class:`ToolExecutor`).
+
+        The retries are made here, around :attr:`invoke`, so that an executor that calls tools
+        elsewhere (``pev.ray.RayExecutor``) retries them alike.
+        """
+        retry = self.tool.retry
+        if retry is None or retry.attempts == 1:
+            return await self._attempt()
+        return await retrying(
+            self._attempt,
+            retry,
+            on=self.retry_on,
+            never=_NEVER_RETRIED,
+            deadline=self.deadline,
+            log=self.log,
+            stop=self.context.cancelled.is_set,
+            who=f"task {self.context.task_id}: tool {self.tool.name!r} of node {self.node.id!r}",
+        )
+
+    def with_attempts(self, result: NodeResult, now: float) -> NodeResult:
+        """``result`` with the call's attempts, when it was made more than once."""
+        error = None if isinstance(result, Success) else _failure_text(result)
+        attempts = self.log.attempts(now, error)
+        return replace(result, attempts=attempts) if attempts else result
+
+    async def _attempt(self) -> object:
+        """Fill the secrets, take the resource, and call the tool once."""
+        if self.log.count > 1:
+            # A new attempt starts from the plan's args, whatever the last one did to its own.
+            self.kwargs = _thawed(self.node)
+            self.acquired = self.started = False
+            self.left_running = ""
+        # Secrets are filled here, and their values kept out of what comes back (see _secret);
+        # so each attempt's error is redacted before it is retried, logged or recorded.
+        return await self.tool.call_with(self.kwargs, self._run)
 
     async def _run(self) -> object:
         lock = None if self.tool.resource is None else self.resources.lock(self.tool.resource)
@@ -331,8 +408,25 @@ class ToolCall:
                 lock.release()
 
 
+def _thawed(node: PlanNode) -> dict[str, Any]:
+    return {name: thaw_json(value) for name, value in node.args.items()}
+
+
+def _failure_text(result: DeviceFailure | VerifierFailure) -> str:
+    return result.error if isinstance(result, DeviceFailure) else result.reason
+
+
 def _timed_out(node_id: str, call: ToolCall, limit: _Limit, *, is_action: bool) -> DeviceFailure:
     after = f"tool {call.tool.name!r} timed out after {limit.seconds:.3g} s ({limit.source})"
+    if call.log.waiting:
+        # Cut short between attempts: the last one failed before the wait, and that is known.
+        return DeviceFailure(
+            node_id,
+            f"{after} while waiting to try again after attempt {call.log.count} failed",
+            is_timeout=True,
+        )
+    if call.log.count > 1:
+        after += f" in attempt {call.log.count}"
     if not call.started:
         waiting = (
             f"waiting for resource {call.tool.resource!r}"

@@ -10,17 +10,35 @@ it and filled when the tool is called. A :class:`ToolRegistry` holds the tools o
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import types
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Literal, ParamSpec, TypeAlias, TypeVar, overload
 
+import pydantic_core
+
 from pev.engine._protocols import is_async
+from pev.engine._retry import Retry, check_retry
 from pev.engine._secret import Secret, SecretParameter, fill_secrets
-from pev.engine._signature import read_signature
-from pev.model import DeviceFailure, Effect, ExecutionRecord, ToolSpec
+from pev.engine._signature import (
+    ArgumentsRejectedError,
+    docstring_description,
+    read_signature,
+    schema_json_types,
+)
+from pev.model import (
+    ArgsCheck,
+    DeviceFailure,
+    Effect,
+    ExecutionRecord,
+    JsonObject,
+    NodeResult,
+    ToolParameter,
+    ToolSpec,
+    freeze_json,
+    thaw_json,
+)
 
 __all__ = [
     "PLACEMENT_RESOURCES",
@@ -95,6 +113,15 @@ class Tool(Generic[P, R]):
             executor runs every call here and ignores it.
         reconcile: Settles a call of this tool whose outcome is unknown (a timed-out action,
             say), see :data:`Reconciler`; ``None``: such a call stays ``unknown``.
+        retry: How a call that raised is tried again (:class:`~pev.Retry`; an action only on
+            :class:`~pev.NotSent`); ``None``: each call is made once.
+        input_schema: Given, the JSON Schema of the args object, for a tool whose function
+            takes ``**kwargs`` (an MCP server's tool, say): its signature is not read, and it
+            receives the args as plain JSON values. ``None`` (the default): the schema comes
+            from the function's signature and type hints (see :attr:`schema`).
+        check: With ``input_schema``, checks args against it (:data:`~pev.model.ArgsCheck`),
+            at plan validation and again at call time; ``None``: only the parameters' names
+            and top-level JSON types are checked.
         spec: The name, effect and parameters that plan validation checks args against.
         secrets: Parameter name → :class:`~pev.engine.Secret`, for the parameters annotated
             ``Annotated[str, Secret(...)]``: left out of ``spec``, filled when the tool is called.
@@ -111,10 +138,16 @@ class Tool(Generic[P, R]):
         default_factory=lambda: types.MappingProxyType({}), compare=False
     )
     reconcile: Reconciler | None = field(default=None, repr=False, compare=False)
+    retry: Retry | None = field(default=None, compare=False)
+    input_schema: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    check: ArgsCheck | None = field(default=None, repr=False, compare=False)
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     secrets: Mapping[str, Secret] = field(init=False, repr=False, compare=False)
     is_async: bool = field(init=False, repr=False, compare=False)
     _secret_parameters: tuple[SecretParameter, ...] = field(init=False, repr=False, compare=False)
+    _convert: Callable[[Mapping[str, Any]], dict[str, Any]] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.fn, Tool):
@@ -135,7 +168,21 @@ class Tool(Generic[P, R]):
                 f"tool {self.name!r}: reconcile must be a function of the record, "
                 f"got a {type(self.reconcile).__name__}"
             )
-        parameters, secrets = read_signature(self.fn, self.name)
+        check_retry(self.retry, tool=self.name, effect=self.effect)
+        if self.input_schema is None:
+            if self.check is not None:
+                raise TypeError(
+                    f"tool {self.name!r}: check goes with input_schema; a tool read from its "
+                    "signature is checked by its type hints"
+                )
+            signature = read_signature(self.fn, self.name)
+            parameters, secrets = signature.parameters, signature.secrets
+            schema, convert = signature.schema, signature.convert
+            check: ArgsCheck | None = signature.check
+        else:
+            schema = _given_schema(self.input_schema, self.name)
+            parameters, secrets = _schema_parameters(schema), ()
+            check, convert = self.check, _Checked(self.name, self.check)
         object.__setattr__(
             self,
             "spec",
@@ -145,8 +192,11 @@ class Tool(Generic[P, R]):
                 parameters=parameters,
                 description=self.description,
                 secrets=tuple((secret.name, secret.secret.source) for secret in secrets),
+                schema=schema,
+                check=check,
             ),
         )
+        object.__setattr__(self, "_convert", convert)
         object.__setattr__(
             self,
             "secrets",
@@ -158,30 +208,51 @@ class Tool(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
-    async def with_secrets(
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The JSON Schema of the tool's args object (a fresh copy).
+
+        Read from the signature through pydantic (or the ``input_schema`` given): one property
+        per parameter a plan passes, with its description from the docstring, ``required`` for
+        those without a default, and no other property allowed. Secrets are not in it.
+        """
+        schema = self.spec.schema
+        assert schema is not None  # noqa: S101 - a Tool's spec always has one
+        copied = thaw_json(schema)
+        assert isinstance(copied, dict)  # noqa: S101 - a schema is an object
+        return copied
+
+    async def call_with(
         self, kwargs: MutableMapping[str, object], call: Callable[[], Awaitable[object]]
     ) -> object:
-        """Fill the secret parameters into ``kwargs``, await ``call()``, and redact its outcome.
+        """Type ``kwargs``, fill in the secrets, await ``call()``, and make its outcome recordable.
 
-        The executor calls the tool through this. Before ``call()``, each secret is read (see
-        :class:`~pev.engine.Secret`); after it, every value read is replaced by a marker naming
-        its source (``[secret PAYMENTS_TOKEN]``) in what ``call()`` returned or raised, so that
-        the ledger, the logs and the planner only ever see the name. A tool without secrets is
-        called as it is.
+        The executor calls the tool through this. First the resolved args are validated against
+        the tool's schema and replaced by the typed values the function takes (a model, an enum
+        member...). Before ``call()``, each secret is read (see :class:`~pev.engine.Secret`);
+        after it, what it returned is turned into JSON (a model or dataclass into its JSON form)
+        and every secret value read is replaced by a marker naming its source
+        (``[secret PAYMENTS_TOKEN]``) in what ``call()`` returned or raised, so that the ledger,
+        the logs and the planner only ever see the name.
 
         Raises:
+            ArgumentsRejectedError: The resolved args do not fit the schema (a ``$ref`` filled one
+                with a value of another type); ``call`` was not made.
             SecretUnavailable: A secret has no value (and its parameter no default); ``call`` was
                 not made, so for an action nothing was sent.
             Exception: What ``call()`` raised, redacted in place, or a ``RedactedError`` in its
                 stead when its text could not be; other base exceptions pass as they are.
         """
+        typed = self._convert(kwargs)
+        kwargs.clear()
+        kwargs.update(typed)
         if not self._secret_parameters:
-            return await call()
+            return as_json(await call())
         filled = await fill_secrets(self.name, self._secret_parameters)
         kwargs.update(filled.kwargs)
         redactor = filled.redactor
         try:
-            value = await call()
+            value = as_json(await call())
         except Exception as exc:
             redacted = redactor.exception(exc)
             if redacted is exc:
@@ -209,6 +280,8 @@ class Tool(Generic[P, R]):
             options.append(f"timeout_s={self.timeout_s!r}")
         if self.placement:
             options.append(f"placement={dict(self.placement)!r}")
+        if self.retry is not None:
+            options.append(f"retry={self.retry!r}")
         return f"Tool({self.name!r}, {', '.join(options)})"
 
 
@@ -224,6 +297,7 @@ def tool(
     description: str | None = None,
     placement: Mapping[str, float] | None = None,
     reconcile: Reconciler | None = None,
+    retry: Retry | None = None,
 ) -> Tool[P, R]: ...
 
 
@@ -239,6 +313,7 @@ def tool(
     description: str | None = None,
     placement: Mapping[str, float] | None = None,
     reconcile: Reconciler | None = None,
+    retry: Retry | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -253,6 +328,7 @@ def tool(
     description: str | None = None,
     placement: Mapping[str, float] | None = None,
     reconcile: Reconciler | None = None,
+    retry: Retry | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Turn a sync or async function into a :class:`Tool`: ``@tool`` or ``@tool(effect=...)``.
 
@@ -272,13 +348,18 @@ def tool(
             meaning success, or ``None`` when it cannot tell. The engine asks it right after the
             round in which the call ended ``unknown``, and on resume for calls a crash left
             unfinished; what it establishes is a ``record_reconciled`` event.
+        retry: How a call that raised is tried again, within the node's deadline:
+            ``Retry(attempts=3, on=(ConnectionError,))`` (docs/tools.md, "Retries"). A query
+            retries on the exceptions listed; an action only on :class:`~pev.NotSent`.
 
     Raises:
         TypeError: The function takes ``*args``, ``**kwargs`` or positional-only parameters,
-            or a parameter's type hint is not a JSON type (plan args are named JSON values),
-            or ``reconcile`` is not callable.
+            or a parameter's type hint is one pydantic cannot validate from JSON (plan args are
+            named JSON values), or ``reconcile`` is not callable.
         UsageError: A :class:`~pev.engine.Secret` on a parameter that is not a ``str`` (or
-            ``str | None``), inside a parameter's type, or twice on one parameter.
+            ``str | None``), inside a parameter's type, or twice on one parameter; a
+            ``retry`` that is not a :class:`~pev.Retry`, or that lists exceptions other than
+            ``NotSent`` for an action tool.
         ValueError: An unknown effect, an empty name or resource, a timeout that is not a
             positive number of seconds, or a placement that is not names of resources with
             amounts that are finite numbers not below zero.
@@ -293,9 +374,10 @@ def tool(
             effect=_effect(effect),
             resource=resource,
             timeout_s=timeout_s,
-            description=_first_doc_line(function) if description is None else description,
+            description=_description(function) if description is None else description,
             placement=types.MappingProxyType({}) if placement is None else placement,
             reconcile=reconcile,
+            retry=retry,
         )
 
     return decorate if fn is None else decorate(fn)
@@ -411,7 +493,86 @@ def _default_name(fn: Callable[..., Any]) -> str:
     return name
 
 
-def _first_doc_line(fn: Callable[..., Any]) -> str:
-    target = fn.func if isinstance(fn, functools.partial) else fn
-    doc = inspect.getdoc(target) or ""
-    return doc.strip().split("\n", 1)[0].strip()
+def _description(fn: Callable[..., Any]) -> str:
+    return docstring_description(fn.func if isinstance(fn, functools.partial) else fn)
+
+
+def as_json(value: object) -> object:
+    """What a tool returned, with models, dataclasses, enums, dates and sets as their JSON form.
+
+    Lists, tuples and dicts are walked; any other value that is not a JSON scalar or a node
+    result is serialized by pydantic, nested models and all. What cannot be turned into JSON
+    (an object pydantic does not know, a dict with keys that are not strings, a value nested
+    too deep) is left as it is: recording it then fails, naming the problem.
+    """
+    try:
+        return _as_json(value)
+    except RecursionError:
+        return value
+
+
+def _as_json(value: object) -> object:
+    if value is None or isinstance(value, str | int | float | NodeResult):
+        return value
+    if isinstance(value, dict):
+        if not all(isinstance(key, str) for key in value):
+            return value
+        return {key: _as_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_json(item) for item in value]
+    try:
+        return pydantic_core.to_jsonable_python(value)
+    except Exception:  # noqa: BLE001 - an unknown type, too deep, a serializer that raised
+        return value
+
+
+def _given_schema(schema: object, tool: str) -> JsonObject:
+    """An ``input_schema`` given, checked to be a JSON object schema and frozen."""
+    if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
+        raise TypeError(
+            f"tool {tool!r}: input_schema must be the JSON Schema of an object, such as "
+            '{"type": "object", "properties": {...}}; got ' + repr(schema)[:80]
+        )
+    try:
+        frozen = freeze_json(schema, path="input_schema")
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"tool {tool!r}: input_schema is not JSON ({exc})") from None
+    assert isinstance(frozen, JsonObject)  # noqa: S101 - checked a mapping above
+    return frozen
+
+
+def _schema_parameters(schema: JsonObject) -> tuple[ToolParameter, ...]:
+    """The parameters an object schema names: its properties, required where it says so."""
+    properties = schema.get("properties")
+    required = schema.get("required")
+    needed = set(required) if isinstance(required, tuple) else set()
+    if not isinstance(properties, JsonObject):
+        return ()
+    return tuple(
+        ToolParameter(
+            name=name,
+            json_types=schema_json_types(prop) if isinstance(prop, JsonObject) else frozenset(),
+            required=name in needed,
+        )
+        for name, prop in properties.items()
+    )
+
+
+class _Checked:
+    """Call-time conversion of a tool given its schema: args checked, passed as plain JSON."""
+
+    __slots__ = ("_check", "_tool")
+
+    def __init__(self, tool: str, check: ArgsCheck | None) -> None:
+        self._tool = tool
+        self._check = check
+
+    def __call__(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        if self._check is not None:
+            problems = list(self._check(freeze_json(args), frozenset()))  # type: ignore[arg-type]
+            if problems:
+                raise ArgumentsRejectedError(
+                    f"tool {self._tool!r} was not called: its resolved args do not fit its "
+                    f"schema: {'; '.join(problems)}"
+                )
+        return dict(args)

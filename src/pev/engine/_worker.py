@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 from pev.engine._agent import (
     Agent,
@@ -26,7 +26,7 @@ from pev.engine._agent import (
     VerifierLike,
 )
 from pev.engine._api import driver_for, learn_from, new_task_of
-from pev.engine._components import agent_paths, rebuild
+from pev.engine._components import agent_paths, has_recorded_tools, rebuild
 from pev.engine._tenure import new_owner
 from pev.engine._trust import check_chain
 from pev.errors import ComponentError, LedgerCorruptError, PevError, UsageError
@@ -41,6 +41,9 @@ __all__ = ["WorkerReport", "submit", "worker"]
 log = logging.getLogger("pev.worker")
 
 DEFAULT_LEASE_S = RecoveryPolicy().lease_s
+
+AgentOpener: TypeAlias = Callable[[TaskState], contextlib.AbstractAsyncContextManager[Agent]]
+"""Gives a claimed task's agent for the length of its drive (see :func:`worker`)."""
 
 
 async def submit(
@@ -104,7 +107,8 @@ def _check_rebuildable(agent: Agent, paths: dict[str, str]) -> None:
         "executor": agent.executor,
     }
     for role, part in given.items():
-        if part is not None and role not in paths:
+        recorded = has_recorded_tools(paths) if role == "tools" else role in paths
+        if part is not None and not recorded:
             raise ComponentError(
                 f"the {role} has no import path a worker could rebuild it from (a lambda, a "
                 "closure, a configured object or tool without a module-level name); bind the "
@@ -150,6 +154,7 @@ async def worker(
     rails: Iterable[RailLike] = (),
     experience: LessonBook | None = None,
     clock: Callable[[], datetime] | None = None,
+    agent_for: AgentOpener | None = None,
 ) -> WorkerReport:
     """Claim runnable tasks from ``store`` and drive them until ``stop`` is set.
 
@@ -167,6 +172,10 @@ async def worker(
         rails: Observers of every task driven.
         experience: As in :func:`pev.run`: lessons for planning, and ended tasks recorded.
         clock: Returns the current UTC time; for tests.
+        agent_for: ``agent_for(state)``, an async context manager that gives the agent of a
+            claimed task and is left when its drive ends: for agents whose tools need a session
+            kept open for the task's life (``pev worker`` opens the MCP servers a task
+            recorded). Default: ``agent``, else the agent rebuilt from the task's import paths.
 
     Returns:
         What the worker did.
@@ -183,7 +192,9 @@ async def worker(
     report = WorkerReport(owner=owner or new_owner())
     drain = asyncio.Event()
     active: dict[str, asyncio.Task[None]] = {}
-    shared = _Shared(store, agent, tuple(rails), experience, clock, report, lease_s, drain)
+    shared = _Shared(
+        store, agent, tuple(rails), experience, clock, report, lease_s, drain, agent_for
+    )
     stopping = asyncio.ensure_future(stop.wait())
     try:
         async with _wakeups(store) as woken:
@@ -297,6 +308,7 @@ class _Shared:
     report: WorkerReport
     lease_s: float | None
     drain: asyncio.Event
+    agent_for: AgentOpener | None
     expired_at: float = float("-inf")  # loop time of the last look for overdue tasks
 
     async def expire(self) -> None:
@@ -380,20 +392,26 @@ class _Shared:
         state = await ledger.state(claimed.task_id)
         if state.terminal:
             return state
-        driver = await driver_for(
-            ledger,
-            state,
-            self.agent or rebuild(state.created.components, {}),
-            rails=self.rails,
-            clock=self.clock,
-            experience=self.experience,
-            owner=self.report.owner,
-            lease_s=self.lease_s,
-            lease=claimed,
-            drain=self.drain,
-            hold_on_error=True,
-            waits=False,
+        opened = (
+            self.agent_for(state)
+            if self.agent_for is not None
+            else contextlib.nullcontext(self.agent or rebuild(state.created.components, {}))
         )
-        final = await driver.steps()
+        async with opened as agent:
+            driver = await driver_for(
+                ledger,
+                state,
+                agent,
+                rails=self.rails,
+                clock=self.clock,
+                experience=self.experience,
+                owner=self.report.owner,
+                lease_s=self.lease_s,
+                lease=claimed,
+                drain=self.drain,
+                hold_on_error=True,
+                waits=False,
+            )
+            final = await driver.steps()
         await learn_from(self.experience, final)
         return final

@@ -8,12 +8,11 @@ problem reaches the model in the next request's ``rejections``.
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from pev.chat import ChatMessage, ChatRequest, LLMError
+from pev.chat import ChatMessage, ChatModel, ChatRequest, LLMError
 from pev.codec import decode, encode
 from pev.engine import PlanRequest
-from pev.errors import CodecError, PlannerUnavailable
+from pev.errors import CodecError, PlannerUnavailable, UsageError
 from pev.ledger import RevisionKind
 from pev.llm._prompt import (
     Prompted,
@@ -21,11 +20,13 @@ from pev.llm._prompt import (
     bullets,
     contract_sections,
     lessons_section,
+    one_line,
     records_text,
     section,
     tools_text,
 )
-from pev.model import Effect, ExecutionRecord, Plan, ToolSpec
+from pev.llm._schema import DEFAULT_MAX_PLAN_NODES, plan_schema
+from pev.model import ExecutionRecord, Plan
 
 __all__ = ["PLANNER_SYSTEM_PROMPT", "LLMPlanner", "parse_plan", "plan_prompt", "plan_schema"]
 
@@ -42,7 +43,8 @@ Reply with one JSON object, and nothing else:
 Rules:
 - Ids are short, unique and contain no ".".
 - "tool" names one of the listed tools; "args" gives every required parameter and no other, \
-with the types shown (a parameter marked ? may be left out).
+with the types shown (a parameter marked ? may be left out); where a tool's "args schema" is \
+shown, its args follow it.
 - To pass a step's output on, write {"$ref": "<id>"} (the whole output) or \
 {"$ref": "<id>.<key>"} (one field of it) as an argument's value, and list <id> in "after".
 - Steps whose "after" steps are done run in parallel.
@@ -61,35 +63,6 @@ _ASK = {
         '{"goal": "<the goal>", "nodes": [<the replacement nodes>]}.'
     ),
 }
-
-
-def plan_schema(tools: tuple[ToolSpec, ...] = ()) -> dict[str, Any]:
-    """The JSON schema of a plan reply; tool names are an enum when there is a catalogue."""
-    tool: dict[str, Any] = {"type": ["string", "null"]}
-    if tools:
-        tool = {"enum": [*sorted(spec.name for spec in tools), None]}
-    node = {
-        "type": "object",
-        "properties": {
-            "id": {"type": "string"},
-            "description": {"type": "string"},
-            "tool": tool,
-            "args": {"type": "object"},
-            "after": {"type": "array", "items": {"type": "string"}},
-            "effect": {"type": "string", "enum": [effect.value for effect in Effect]},
-        },
-        "required": ["id", "description", "tool", "args", "after", "effect"],
-        "additionalProperties": False,
-    }
-    return {
-        "type": "object",
-        "properties": {
-            "goal": {"type": "string"},
-            "nodes": {"type": "array", "items": node},
-        },
-        "required": ["goal", "nodes"],
-        "additionalProperties": False,
-    }
 
 
 def parse_plan(text: str) -> Plan:
@@ -133,7 +106,22 @@ class LLMPlanner(Prompted):
         model: The chat model, e.g. an :class:`OpenAIChat`.
         instructions: Extra guidance for this agent's domain, added to the system prompt.
         temperature: Sampling temperature (``None``: the server's default).
+        max_nodes: The most nodes the plan schema lets the model write (its ``maxItems``), so
+            that a model held to the schema by a grammar cannot go on adding nodes.
     """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        *,
+        instructions: str = "",
+        temperature: float | None = 0.0,
+        max_nodes: int = DEFAULT_MAX_PLAN_NODES,
+    ) -> None:
+        super().__init__(model, instructions=instructions, temperature=temperature)
+        if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
+            raise UsageError(f"max_nodes must be a whole number >= 1, got {max_nodes!r}")
+        self.max_nodes = max_nodes
 
     def chat_request(self, request: PlanRequest) -> ChatRequest:
         """The chat request this planner sends for ``request`` (to inspect or log)."""
@@ -143,7 +131,11 @@ class LLMPlanner(Prompted):
                 ChatMessage(role="system", text=system),
                 ChatMessage(role="user", text=plan_prompt(request)),
             ),
-            schema=plan_schema(request.tools),
+            # Not strict: OpenAI's strict mode wants every property required, which would make
+            # each optional argument a nullable one that the model must write (and the tool
+            # would get None, not its default). Servers that constrain output by a grammar
+            # (llama.cpp, vLLM, Ollama) enforce the schema whatever the flag says.
+            schema=plan_schema(request.tools, max_nodes=self.max_nodes),
             schema_name="pev_plan",
             temperature=self.temperature,
         )
@@ -180,7 +172,8 @@ def plan_prompt(request: PlanRequest) -> str:
         parts.append(
             section(
                 "Earlier plans of this task were rejected (fix every problem; do not resend them)",
-                bullets(request.rejections),
+                # One line each: a server's error text never fills the prompt.
+                bullets(one_line(problem, 500) for problem in request.rejections),
             )
         )
     if request.unknown_records:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from pev.chat import ChatModel, ChatRequest
 from pev.codec import encode
 from pev.engine import report_usage
+from pev.llm._schema import shown_schema
 from pev.model import (
     ExecutionRecord,
     NodeResult,
@@ -22,6 +23,7 @@ __all__ = [
     "bullets",
     "contract_sections",
     "lessons_section",
+    "one_line",
     "records_text",
     "section",
     "tools_text",
@@ -38,6 +40,12 @@ def bullets(items: Iterable[str], *, quote: bool = False) -> str:
     return "\n".join(
         f"- {json.dumps(item, ensure_ascii=False) if quote else item}" for item in items
     )
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line (whitespace runs collapsed), cut to ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else f"{flat[: limit - 1]}…"
 
 
 def section(title: str, body: str) -> str:
@@ -73,7 +81,11 @@ def lessons_section(lessons: Iterable[str]) -> list[str]:
 
 
 def tools_text(tools: Iterable[ToolSpec]) -> str:
-    """One line per tool: ``name(param: type, optional?: type) [effect]: description``."""
+    """Each tool: ``name(param: type, optional?: type) [effect]: description``, then its schema.
+
+    A tool with a JSON schema (``ToolSpec.schema``) gets a second line, ``args schema: {...}``,
+    the whole schema on one line: parameter descriptions, enums, nested objects and all.
+    """
     lines = []
     for spec in tools:
         params = ", ".join(
@@ -83,6 +95,9 @@ def tools_text(tools: Iterable[ToolSpec]) -> str:
         )
         about = f": {spec.description}" if spec.description else ""
         lines.append(f"- {spec.name}({params}) [{spec.effect.value}]{about}")
+        if spec.schema is not None:
+            schema = json.dumps(shown_schema(spec), ensure_ascii=False)
+            lines.append(f"  args schema: {schema}")
     return "\n".join(lines)
 
 

@@ -47,24 +47,32 @@ Cite only the references listed under "References you may cite". Lessons from ea
 are advice, never evidence."""
 
 
+# The most free-text entries (preserved constraints) a verdict may list.
+_MAX_FREE_ITEMS = 16
+
+
 def verdict_schema(request: VerifyRequest) -> dict[str, Any]:
     """The JSON schema of a verdict for this request: criteria, node ids and refs as enums.
 
     Every property is required and no object is free-form, so strict structured output can
-    enforce it; what a server does not enforce, the engine's classification still checks.
+    enforce it; what a server does not enforce, the engine's classification still checks. Every
+    list is capped (``maxItems``: each criterion, node or reference at most once), so that a
+    model held to the schema by a grammar cannot loop inside a list.
     """
-    strings: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
 
     def among(values: tuple[str, ...]) -> dict[str, Any]:
-        if not values:
-            return strings
-        return {"type": "array", "items": {"type": "string", "enum": list(values)}}
+        # No values: nothing may be listed (a reference that does not exist is malformed).
+        items: dict[str, Any] = {"type": "string"}
+        if values:
+            items["enum"] = list(values)
+        return {"type": "array", "items": items, "maxItems": len(values)}
 
+    criteria = tuple(request.contract.success_criteria)
     refs = among(request.evidence_refs)
     criterion = {
         "type": "object",
         "properties": {
-            "criterion": {"type": "string", "enum": list(request.contract.success_criteria)},
+            "criterion": {"type": "string", "enum": list(criteria)},
             "status": {"type": "string", "enum": [status.value for status in CriterionStatus]},
             "evidence_refs": refs,
         },
@@ -73,11 +81,15 @@ def verdict_schema(request: VerifyRequest) -> dict[str, Any]:
     }
     properties: dict[str, Any] = {
         "status": {"type": "string", "enum": [status.value for status in VerdictStatus]},
-        "criteria": {"type": "array", "items": criterion},
+        "criteria": {"type": "array", "items": criterion, "maxItems": len(criteria)},
         "failed_nodes": among(request.plan.node_ids),
         "feedback": {"type": "string"},
-        "unmet_criteria": among(request.contract.success_criteria),
-        "preserved_constraints": strings,
+        "unmet_criteria": among(criteria),
+        "preserved_constraints": {
+            "type": "array",
+            "items": {"type": "string"},
+            "maxItems": max(_MAX_FREE_ITEMS, len(request.contract.constraints)),
+        },
         "guidance": {"type": "string"},
         "evidence_refs": refs,
     }

@@ -15,6 +15,7 @@ from pev._json import (
     thaw_json,
 )
 from pev.model._assess import VerdictCheck, classify_verdict, raw_digest
+from pev.model._attempts import Attempt
 from pev.model._contract import VerificationContract, VerificationMode, check_contract
 from pev.model._evidence import (
     Evidence,
@@ -27,6 +28,7 @@ from pev.model._evidence import (
 from pev.model._ids import EvidenceId, RecordId, TaskId
 from pev.model._plan import (
     DEFAULT_MAX_NODES,
+    ArgsCheck,
     Effect,
     Plan,
     PlanNode,
@@ -56,6 +58,8 @@ from pev.model._verdict import (
 __all__ = [
     "DEFAULT_MAX_NODES",
     "TERMINAL_RECORD_STATUSES",
+    "ArgsCheck",
+    "Attempt",
     "CriterionResult",
     "CriterionStatus",
     "DeviceFailure",

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeAlias
 
 from pev._canonical import ADDED
 from pev._json import (
@@ -22,6 +23,7 @@ from pev.errors import PlanError
 
 __all__ = [
     "DEFAULT_MAX_NODES",
+    "ArgsCheck",
     "Effect",
     "Plan",
     "PlanNode",
@@ -62,11 +64,26 @@ class ToolParameter:
     required: bool = True
 
 
+ArgsCheck: TypeAlias = Callable[[Mapping[str, JsonValue], frozenset[str]], Sequence[str]]
+"""Checks a node's args against a tool's schema: ``check(args, later)`` → one problem per error.
+
+``args`` holds the arguments that name a parameter of the tool and are not ``$ref`` objects;
+``later`` names the parameters that are filled at dispatch (by a ``$ref``) or are missing, which
+plan validation reports itself: a check reports neither as missing. A problem reads
+``"argument 'room': Input should be 'small' or 'large'"``.
+"""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
     """A registered tool's name, declared effect and signature.
 
     Attributes:
+        schema: The JSON Schema of the tool's args object (frozen; ``thaw_json`` gives plain
+            dicts), for planners that constrain their output to it; ``None`` for a spec built
+            by hand, which plan validation checks by ``parameters`` alone.
+        check: Checks args against ``schema`` (see :data:`ArgsCheck`); ``None``: the
+            ``json_types`` of ``parameters`` are checked instead.
         secrets: ``(parameter, source)`` for each secret parameter, which a plan never passes:
             it is filled when the tool is called, from ``source`` (``PAYMENTS_TOKEN``).
     """
@@ -76,6 +93,12 @@ class ToolSpec:
     parameters: tuple[ToolParameter, ...] = ()
     description: str = ""
     secrets: tuple[tuple[str, str], ...] = ()
+    schema: JsonObject | None = field(default=None, compare=False)
+    check: ArgsCheck | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.schema is not None and not isinstance(self.schema, JsonObject):
+            object.__setattr__(self, "schema", freeze_json(self.schema, path="schema"))
 
 
 # PlanNode and Plan keep the documented positional signatures (`PlanNode(id, description, ...)`,
@@ -356,6 +379,7 @@ def _signature_problems(where: str, args: Mapping[str, JsonValue], spec: ToolSpe
         if param.required and param.name not in args:
             yield f"{where}: tool {spec.name!r} needs argument {param.name!r}, which is missing"
     params = {param.name: param for param in spec.parameters}
+    checked: dict[str, JsonValue] = {}
     for name, value in args.items():
         found_param = params.get(name)
         source = dict(spec.secrets).get(name) if found_param is None else None
@@ -371,7 +395,12 @@ def _signature_problems(where: str, args: Mapping[str, JsonValue], spec: ToolSpe
                 f"{where}: tool {spec.name!r} has no parameter {name!r} (parameters: {accepted})"
             )
             continue
-        if _is_ref(value) or not found_param.json_types:
+        if _is_ref(value):
+            continue
+        if spec.check is not None:
+            checked[name] = value
+            continue
+        if not found_param.json_types:
             continue
         found = json_type_name(value)
         if found not in found_param.json_types and not (
@@ -379,6 +408,14 @@ def _signature_problems(where: str, args: Mapping[str, JsonValue], spec: ToolSpe
         ):
             wanted = " or ".join(sorted(found_param.json_types))
             yield f"{where}: argument {name!r} of tool {spec.name!r} must be {wanted}, got {found}"
+    if spec.check is not None and checked:
+        later = frozenset(params) - checked.keys()
+        try:
+            problems = list(spec.check(checked, later))
+        except Exception as exc:  # noqa: BLE001 - a broken check rejects the plan, it never crashes
+            problems = [f"its args could not be checked ({type(exc).__name__}: {exc})"]
+        for problem in problems:
+            yield f"{where}: tool {spec.name!r}: {problem}"
 
 
 def _is_ref(value: object) -> bool:

@@ -5,21 +5,35 @@ See docs/design.md §2.2.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal, TypeAlias
 
+from pev._canonical import ADDED
 from pev._json import JsonValue, freeze_json
+from pev.model._attempts import Attempt
 
 __all__ = ["DeviceFailure", "NodeResult", "Success", "VerifierFailure", "as_node_result"]
 
 
 # The three result types keep the documented positional signatures, which are public API.
+# `attempts` came later: keyword-only, left out of the JSON while empty (so results written
+# before it existed keep their text and hashes), and out of equality (how many tries a call
+# took is its history, not what it produced).
 @dataclass(frozen=True, slots=True)
 class Success:
-    """The node ran and produced ``value`` (a JSON value, frozen)."""
+    """The node ran and produced ``value`` (a JSON value, frozen).
+
+    Attributes:
+        value: What the node produced.
+        attempts: Each attempt of a tool call that its retry policy made more than once (the
+            last one succeeded); empty for a call made once.
+    """
 
     kind: ClassVar[Literal["success"]] = "success"
     value: JsonValue = None
+    attempts: tuple[Attempt, ...] = field(
+        default=(), kw_only=True, compare=False, repr=False, metadata=ADDED
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", freeze_json(self.value, path="value"))
@@ -35,6 +49,8 @@ class DeviceFailure:
         is_timeout: The call ran past its deadline.
         outcome_unknown: The action may or may not have taken effect (a timeout or crash of an
             ``action`` node); such an action is never sent again blindly.
+        attempts: Each attempt of a tool call that its retry policy made more than once (the
+            last one is this failure); empty for a call made once.
     """
 
     kind: ClassVar[Literal["device_failure"]] = "device_failure"
@@ -42,15 +58,28 @@ class DeviceFailure:
     error: str
     is_timeout: bool = False
     outcome_unknown: bool = False
+    attempts: tuple[Attempt, ...] = field(
+        default=(), kw_only=True, compare=False, repr=False, metadata=ADDED
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class VerifierFailure:
-    """The node ran, but a node-level check of its output failed; never a device fault."""
+    """The node ran, but a node-level check of its output failed; never a device fault.
+
+    Attributes:
+        node_id: The node.
+        reason: What the check found.
+        attempts: Each attempt of a tool call that its retry policy made more than once;
+            empty for a call made once.
+    """
 
     kind: ClassVar[Literal["verifier_failure"]] = "verifier_failure"
     node_id: str
     reason: str
+    attempts: tuple[Attempt, ...] = field(
+        default=(), kw_only=True, compare=False, repr=False, metadata=ADDED
+    )
 
 
 NodeResult: TypeAlias = Success | DeviceFailure | VerifierFailure
