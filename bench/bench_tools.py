@@ -12,7 +12,8 @@ written now. Each round times, interleaved, in the same process:
 * **the call**: the executor's path into and out of the tool (`Tool.call_with`: the resolved
   args validated and turned into typed values, the returned model turned into JSON), against the
   same function with untyped parameters, which passes its args through as before;
-* **a whole run**: `pev.run` of a 50-node plan on the memory store, typed tool against untyped.
+* **a whole run**: `pev.run` of a 50-node plan on the memory store, typed tool against untyped
+  (the median of 5 runs each round).
 
 The figures are medians over the rounds of each round's time per node, and their ratio.
 """
@@ -36,6 +37,7 @@ from pev.testing import ScriptedPlanner
 ROUNDS = 7
 NODES = 60
 RUN_NODES = 50
+RUNS = 5  # whole runs per round and side, of which the median counts
 
 
 class Attendee(pydantic.BaseModel):
@@ -145,7 +147,11 @@ def measure(rounds: int, nodes: int, run_nodes: int, repeat: int) -> dict[str, t
                 _per_node(lambda specs=specs: validate_plan(plan, tools=specs), nodes, repeat)
             )
             figures["the call"][side].append(asyncio.run(_call_per_node(chosen, nodes * repeat)))
-            figures["a whole run"][side].append(asyncio.run(_run_per_node(chosen, run_nodes)))
+            figures["a whole run"][side].append(
+                statistics.median(
+                    asyncio.run(_run_per_node(chosen, run_nodes)) for _ in range(RUNS)
+                )
+            )
         progress(f"  round {number + 1}/{rounds} done")
     return {
         name: (statistics.median(now), statistics.median(before))

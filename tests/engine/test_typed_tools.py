@@ -398,3 +398,75 @@ def test_a_ref_nested_inside_a_typed_value_is_left_to_dispatch() -> None:
         ),
     )
     validate_plan(plan, tools={"free": free.spec, "book": book.spec})
+
+
+@pytest.mark.parametrize(
+    ("prop", "expected"),
+    [
+        pytest.param({"type": "string"}, {"string"}, id="type"),
+        pytest.param({"type": ["integer", "null"]}, {"integer", "null"}, id="type-list"),
+        pytest.param({"const": 3}, {"integer"}, id="const"),
+        pytest.param({"enum": ["a", None]}, {"string", "null"}, id="enum"),
+        pytest.param({"enum": [{"a": 1}]}, set(), id="enum-of-objects"),
+        pytest.param({"oneOf": [{"type": "string"}, {"type": "number"}]}, {"string", "number"}),
+        pytest.param({"anyOf": [{"type": "string"}, {}]}, set(), id="any-of-with-any"),
+        pytest.param({"$ref": "#/$defs/Room"}, set(), id="ref"),
+    ],
+)
+def test_a_given_schema_s_properties_become_parameters_with_their_json_types(
+    prop: dict[str, Any], expected: set[str]
+) -> None:
+    """The simple view of a given schema: what each property's top level may be."""
+
+    async def call(**kwargs: Any) -> None:
+        del kwargs
+
+    given = Tool(
+        fn=call,
+        name="x",
+        input_schema={"type": "object", "properties": {"v": prop}, "required": ["v"]},
+    )
+    [parameter] = given.spec.parameters
+    assert (parameter.name, parameter.required) == ("v", True)
+    assert parameter.json_types == frozenset(expected)
+
+
+def test_a_given_schema_without_properties_has_no_parameters() -> None:
+    """{"type": "object"} alone: a tool that takes no named arguments."""
+
+    async def call(**kwargs: Any) -> None:
+        del kwargs
+
+    assert Tool(fn=call, name="x", input_schema={"type": "object"}).spec.parameters == ()
+
+
+async def test_a_ref_that_fills_a_wrong_value_into_a_given_schema_is_not_sent() -> None:
+    """A tool given its schema is checked again at call time, as a typed one is."""
+    received: list[dict[str, Any]] = []
+
+    async def call(**kwargs: Any) -> str:
+        received.append(kwargs)
+        return "ok"
+
+    @tool(effect="query")
+    def number() -> int:
+        return 7
+
+    weather = Tool(
+        fn=call,
+        name="weather",
+        input_schema={"type": "object", "properties": {"city": {"type": "string"}}},
+        check=_check,
+    )
+    plan = Plan(
+        "g",
+        (
+            PlanNode("a", tool="number"),
+            PlanNode("b", tool="weather", args={"city": {"$ref": "a"}}, after=("a",)),
+        ),
+    )
+    result = await pev.run("weather", planner=ScriptedPlanner(plan), tools=[number, weather])
+    assert not result.ok
+    assert received == []
+    assert "tool 'weather' was not called" in result.detail
+    assert "argument 'city': must be a string" in result.detail

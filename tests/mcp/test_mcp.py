@@ -199,9 +199,7 @@ async def test_an_http_server_killed_mid_action_leaves_it_unknown_and_never_sent
 ) -> None:
     """SIGKILL of the HTTP server during an action: unknown, and one booking in its own log."""
     rooms.hang.touch()
-    plan = Plan(
-        "book", (PlanNode("book", "book", tool="book", args={"room": "302", "who": "bo"}),)
-    )
+    plan = Plan("book", (PlanNode("book", "book", tool="book", args={"room": "302", "who": "bo"}),))
     store = pev.MemoryStore()
     async with pev.mcp.MCPServer.http(http_rooms, timeout_s=10) as server:
         tools = await server.tools()
