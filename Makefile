@@ -5,9 +5,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 # `make test` installs every extra; `make demo` and `make bench` only what they need.
-TEST_EXTRAS  := dev,sim,llm,bench,postgres,ray,mcp
+TEST_EXTRAS  := dev,sim,llm,bench,postgres,ray,mcp,web,otel
 DEMO_EXTRAS  := sim
-BENCH_EXTRAS := bench,sim,postgres,ray
+BENCH_EXTRAS := bench,sim,postgres,ray,web
 TEST_STAMP   := $(VENV)/.installed-test
 DEMO_STAMP   := $(VENV)/.installed-demo
 BENCH_STAMP  := $(VENV)/.installed-bench
@@ -24,6 +24,11 @@ $(BIN)/python:
 
 $(TEST_STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[$(TEST_EXTRAS)]"
+	@# The viewer's browser tests drive Debian's chromium (Playwright's own download is not used).
+	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && export DEBIAN_FRONTEND=noninteractive \
+		&& { apt-get install -y -q --no-install-recommends chromium \
+		|| { apt-get update -q && apt-get install -y -q --no-install-recommends chromium; }; }; } \
+		|| echo "no /usr/bin/chromium: the viewer's browser tests are skipped; sudo apt-get install -y chromium"
 	touch $@ $(DEMO_STAMP) $(BENCH_STAMP)
 
 $(DEMO_STAMP): $(BIN)/python pyproject.toml
@@ -60,6 +65,7 @@ bench: $(BENCH_STAMP)  ## Kernel, ledger, engine, LangGraph, fault-suite and sca
 	$(BIN)/python bench/bench_ray.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_watch.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_tools.py --write docs/benchmarks.md
+	$(BIN)/python bench/bench_viewer.py --write docs/benchmarks.md
 
 llm-smoke: $(TEST_STAMP)  ## SmolLM2-135M served by llama-cpp-python on 127.0.0.1: the LLM adapter and planner against a real server (builds llama-cpp-python: minutes; not part of `make test`).
 	bash scripts/llm_smoke.sh

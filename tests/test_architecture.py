@@ -175,7 +175,7 @@ def test_pure_core_reads_no_clock() -> None:
 
 def test_library_never_imports_the_shell() -> None:
     """No library module imports the command line or the viewer (``python -m pev`` is the CLI)."""
-    shell = ("pev.cli", "pev.viewer", "pev.__main__")
+    shell = ("pev.cli", "pev.web", "pev.__main__")
     offenders = [
         f"{name} imports {imported}"
         for name in _all_modules()
@@ -221,8 +221,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("experience", ("pev.experience",)),
     ("stores", ("pev.stores",)),
     ("engine", ("pev.engine",)),
-    ("adapters", ("pev.llm", "pev.testing", "pev.sim", "pev.ray", "pev.mcp")),
-    ("shell", ("pev.cli",)),
+    ("adapters", ("pev.llm", "pev.testing", "pev.sim", "pev.ray", "pev.mcp", "pev.otel")),
+    ("shell", ("pev.cli", "pev.web")),
     ("package", ("pev",)),
 )
 

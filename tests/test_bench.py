@@ -242,3 +242,15 @@ def test_the_tool_schema_bench_compares_what_it_says() -> None:
     with pytest.raises(pev.PlanError):
         tools.validate_plan(bad, tools={"book": tools.book.spec})
     assert "| plan validation |" in tools.report(figures)
+
+
+@pytest.mark.usefixtures("bench")
+def test_the_viewer_bench_times_both_pages_of_one_task() -> None:
+    """`bench_viewer.py` renders the 50-revision task's page and `pev show` of it."""
+    pytest.importorskip("starlette", reason="the viewer bench needs the web extra")
+    viewer = _module("bench_viewer")
+    page_s, show_s, size = viewer.measure(1)
+    assert page_s > 0
+    assert show_s > 0
+    assert size > 10_000  # fifty revisions' worth of page
+    assert "| viewer ÷ `pev show` |" in viewer.report(page_s, show_s, size)

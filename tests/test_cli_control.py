@@ -126,13 +126,16 @@ def test_events_prints_one_line_per_entry(tmp_path: Path) -> None:
     assert (code, followed) == (0, out)  # an ended task: its whole history, then the end
 
 
-def test_events_json_lines_hold_the_stored_entries(tmp_path: Path) -> None:
-    """--json: one object per entry, with the fields docs/cli.md names; --after skips."""
+def test_events_json_holds_the_stored_entries(tmp_path: Path) -> None:
+    """--json: one document of the entries, with the fields docs/cli.md names; --after skips."""
     db = tmp_path / "ledger.db"
     task_id = _ran(db)
     code, out, _ = _invoke(db, "events", task_id, "--json", "--after", "2")
     assert code == 0
-    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(out.splitlines()) == 1
+    document = json.loads(out)
+    assert document["task_id"] == task_id
+    lines = document["events"]
     assert [line["seq"] for line in lines] == list(range(3, len(lines) + 3))
     assert set(lines[0]) == {"task_id", "seq", "at", "kind", "event", "hash"}
     assert lines[-1]["kind"] == "task_finished"

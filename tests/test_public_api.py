@@ -312,6 +312,7 @@ PUBLIC = {
         "worker",
     ],
     "pev.rails": [
+        "ConsoleRail",
         "CriteriaReport",
         "CriteriaVerificationRail",
         "LoggingRail",
@@ -387,8 +388,10 @@ PUBLIC = {
         "drivers_on_ray",
     ],
     "pev.mcp": ["MCPServer", "MCPUnavailable"],
+    "pev.otel": ["OTelRail"],
     "pev.cli": [
         "EXIT_CODES",
+        "JSON_SCHEMAS",
         "cli",
         "default_db",
         "main",
@@ -416,6 +419,7 @@ def test_all_is_pinned(module: str) -> None:
         "pev.policy",
         "pev.ray",
         "pev.mcp",
+        "pev.otel",
     ],
 )
 def test_public_names_exist_and_are_documented(module: str) -> None:

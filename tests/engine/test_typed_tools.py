@@ -470,3 +470,13 @@ async def test_a_ref_that_fills_a_wrong_value_into_a_given_schema_is_not_sent() 
     assert received == []
     assert "tool 'weather' was not called" in result.detail
     assert "argument 'city': must be a string" in result.detail
+
+
+def test_a_signature_pydantic_cannot_resolve_is_one_type_error() -> None:
+    """Hints left as unresolvable strings (pev.run's own) are a TypeError naming a parameter.
+
+    Found by the task-file fuzzer (`tools = ["pev:run"]`): pydantic's recursion while resolving
+    them must not escape as anything else.
+    """
+    with pytest.raises(TypeError, match=r"tool 'run': parameter '\w+' has type hint"):
+        tool(pev.run)

@@ -9,6 +9,12 @@ decide on them (events, approve, reject) in :mod:`pev.cli._control`; ``ledger ve
 Every command opens the store ``--db`` (or ``PEV_DB``) names: an SQLite file path or a
 ``postgresql://`` URL (docs/stores.md); ``pev db upgrade`` migrates a PostgreSQL schema.
 
+``--db`` may come before the command name or after it. Listing and showing commands (tasks, show,
+events, lessons, ledger verify) print one JSON document with ``--json``, whose fields
+:data:`pev.cli.JSON_SCHEMAS` defines. Output that is not a terminal is never wrapped or coloured,
+and a reader that goes away (``pev run task.toml | head -1``) never stops a running task
+(:mod:`pev.cli._output`).
+
 Exit codes (docs/design.md §9.2): 0 succeeded or ok, 1 failed (or a ledger that fails
 verification), 2 usage error, 3 partial, 4 cancelled, 130 interrupted with Ctrl-C.
 """
@@ -20,9 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from pev.cli._common import (
+    DB_HELP,
     EXIT_CODES,
     BadArgument,
     OneLineGroup,
@@ -33,6 +39,7 @@ from pev.cli._common import (
 )
 from pev.cli._control import approve_command, events_command, reject_command
 from pev.cli._demo import DEMO_FAULTS, run_demos
+from pev.cli._documents import episode_document, lesson_document, task_document, task_row
 from pev.cli._drive import (
     cancel_command,
     resume_command,
@@ -43,11 +50,13 @@ from pev.cli._drive import (
 from pev.cli._export import export_command
 from pev.cli._integrity import anchor_command, verify_command
 from pev.cli._lessons import lesson_list, lesson_view
+from pev.cli._output import PipeSafeStdout, echo_json, stdout_console
 from pev.cli._render import (
     driver_line,
     task_table,
     timeline,
 )
+from pev.cli._serve import serve_command
 from pev.engine._trust import check_chain
 from pev.errors import PevError
 from pev.experience import Episode, Lesson, LessonBook
@@ -66,6 +75,12 @@ from pev.stores import SQLiteStore
 __all__ = ["EXIT_CODES", "default_db", "main"]
 
 _PHASE_CHOICES = [*sorted(str(phase) for phase in TaskPhase), "active"]
+_JSON = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON document (fields in docs/cli.md; schema: pev.cli.JSON_SCHEMAS).",
+)
 
 
 @click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -76,10 +91,7 @@ _PHASE_CHOICES = [*sorted(str(phase) for phase in TaskPhase), "active"]
     envvar="PEV_DB",
     show_envvar=True,
     default=None,
-    help=(
-        "The ledger: an SQLite file, or a postgresql:// URL (?schema=NAME picks the PostgreSQL "
-        "schema; see docs/stores.md). [default: ledger.db in your data directory]"
-    ),
+    help=DB_HELP,
 )
 @click.pass_context
 def cli(ctx: click.Context, db: str | None) -> None:
@@ -120,7 +132,7 @@ def demo(db: str, faults: Sequence[str], seed: int, approve: bool) -> None:
     Needs the sim extra: pip install 'pev-agent[sim]'. Exits 1 if a task strays from its
     documented path.
     """
-    console = Console()
+    console = stdout_console()
     chosen = list(faults) or list(DEMO_FAULTS)
 
     async def demos(ledger: Ledger) -> tuple[bool, str]:
@@ -152,9 +164,15 @@ def demo(db: str, faults: Sequence[str], seed: int, approve: bool) -> None:
     help="Only tasks in this status or phase (repeatable); 'active' means not ended.",
 )
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1, max=1_000_000))
+@_JSON
 @click.pass_obj
-def tasks(db: str, statuses: Sequence[str], limit: int) -> None:
-    """List tasks, newest first."""
+def tasks(db: str, statuses: Sequence[str], limit: int, as_json: bool) -> None:
+    """List tasks, newest first; times are ISO 8601 with their offset (UTC).
+
+    With --json, one JSON document: {"ledger", "tasks": [{"task_id", "title", "phase",
+    "status", "reason", "created_at", "updated_at", "event_count", "head_hash", "deadline",
+    "driver"}]} (docs/cli.md).
+    """
     phases: set[TaskPhase] | None = None
     if statuses:
         phases = set()
@@ -176,7 +194,11 @@ def tasks(db: str, statuses: Sequence[str], limit: int) -> None:
         return summaries, drivers, where_of(ledger.store)
 
     summaries, drivers, where = on_ledger(db, listed)
-    console = Console()
+    if as_json:
+        rows = [task_row(summary, drivers.get(summary.task_id)) for summary in summaries]
+        echo_json({"ledger": where, "tasks": rows})
+        return
+    console = stdout_console()
     if summaries:
         console.print(task_table(summaries, drivers))
     else:
@@ -185,12 +207,15 @@ def tasks(db: str, statuses: Sequence[str], limit: int) -> None:
 
 @cli.command()
 @click.argument("task_id", metavar="TASK")
+@_JSON
 @click.pass_obj
-def show(db: str, task_id: str) -> None:
+def show(db: str, task_id: str, as_json: bool) -> None:
     """Show one task (by id or unique id prefix): plans and node status, verdicts, decisions.
 
     Its ledger is verified first: a task whose chain is broken is refused, naming the first bad
-    event (exit 2); `pev ledger verify TASK` says more.
+    event (exit 2); `pev ledger verify TASK` says more. With --json, one JSON document: the
+    task with its revisions, their nodes and records, verdicts, diagnoses and decisions
+    (docs/cli.md).
     """
 
     async def load(ledger: Ledger) -> tuple[TaskState, Lease | None]:
@@ -199,7 +224,11 @@ def show(db: str, task_id: str) -> None:
         return await ledger.state(full_id), await ledger.store.lease(full_id)
 
     state, lease = on_ledger(db, load)
-    Console().print(timeline(state, driver=driver_line(state, lease, utc_now())))
+    now = utc_now()
+    if as_json:
+        echo_json(task_document(state, lease, now))
+        return
+    stdout_console().print(timeline(state, driver=driver_line(state, lease, now)))
 
 
 @cli.group(cls=OneLineGroup)
@@ -214,15 +243,17 @@ ledger.add_command(anchor_command)
 @cli.command("lessons")
 @click.argument("lesson_id", metavar="[LESSON]", required=False)
 @click.option("--all", "show_all", is_flag=True, help="List candidates too, not only active ones.")
+@_JSON
 @click.pass_obj
-def lessons_command(db: str, lesson_id: str | None, show_all: bool) -> None:
+def lessons_command(db: str, lesson_id: str | None, show_all: bool, as_json: bool) -> None:
     """List the lessons learned from ended tasks, or show one with the episodes behind it.
 
     LESSON is a lesson id or a unique prefix of one. Active lessons are given to planners as
     advice (`pev.run(..., experience=LessonBook(store))`); a candidate waits for enough
-    independent tasks to support it.
+    independent tasks to support it. With --json, one JSON document: {"lessons": [...]}, or
+    {"lesson", "episodes"} for one (docs/cli.md).
     """
-    console = Console()
+    console = stdout_console()
     if lesson_id is None:
 
         async def listed(ledger: Ledger) -> tuple[tuple[Lesson, ...], str]:
@@ -230,7 +261,9 @@ def lessons_command(db: str, lesson_id: str | None, show_all: bool) -> None:
 
         every, where = on_ledger(db, listed)
         lessons = [lesson for lesson in every if show_all or lesson.active]
-        if lessons:
+        if as_json:
+            echo_json({"lessons": [lesson_document(lesson) for lesson in lessons]})
+        elif lessons:
             console.print(lesson_list(lessons))
         else:
             what = "lessons" if show_all else "active lessons (`pev lessons --all` adds candidates)"
@@ -249,10 +282,19 @@ def lessons_command(db: str, lesson_id: str | None, show_all: bool) -> None:
             )
         return matches[0], await book.episodes(matches[0].id)
 
-    console.print(lesson_view(*on_ledger(db, shown)))
+    lesson, episodes = on_ledger(db, shown)
+    if as_json:
+        echo_json(
+            {
+                "lesson": lesson_document(lesson),
+                "episodes": [episode_document(episode) for episode in episodes],
+            }
+        )
+        return
+    console.print(lesson_view(lesson, episodes))
 
 
-@cli.group("db")
+@cli.group("db", cls=OneLineGroup)
 def db_group() -> None:
     """The ledger database itself: its schema version."""
 
@@ -291,7 +333,7 @@ def db_upgrade(db: str) -> None:
             return f"{store.location}: created pev's tables at schema version {after}"
         return f"{store.location}: upgraded from schema version {before} to {after}"
 
-    Console().print(on_ledger(db, upgrade, check=False), soft_wrap=True, highlight=False)
+    stdout_console().print(on_ledger(db, upgrade, check=False), soft_wrap=True, highlight=False)
 
 
 for command in (
@@ -303,11 +345,16 @@ for command in (
     events_command,
     approve_command,
     reject_command,
+    serve_command,
 ):
     cli.add_command(command)
 ledger.add_command(export_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the `pev` command."""
+    """Entry point of the `pev` command.
+
+    Standard output is guarded first: a reader that goes away stops nothing (docs/cli.md).
+    """
+    PipeSafeStdout.install()
     cli.main(args=list(argv) if argv is not None else sys.argv[1:], prog_name="pev")

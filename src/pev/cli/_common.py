@@ -20,7 +20,7 @@ from click.core import ParameterSource
 from click.exceptions import NoArgsIsHelpError
 from rich.console import Console
 
-from pev.cli._progress import ConsoleRail, result_line
+from pev.cli._progress import result_line
 from pev.cli._render import timeline
 from pev.cli._taskfile import TaskFile
 from pev.engine import RunResult
@@ -29,6 +29,9 @@ from pev.kernel import TaskStatus
 from pev.ledger import Ledger, Store, TaskState
 from pev.stores import open_store
 from pev.stores._open import is_url
+
+if TYPE_CHECKING:
+    from pev.rails import ConsoleRail
 
 __all__ = [
     "EXIT_CODES",
@@ -54,6 +57,12 @@ __all__ = [
     "where_of",
 ]
 
+DB_HELP = (
+    "The ledger: an SQLite file, or a postgresql:// URL (?schema=NAME picks the PostgreSQL "
+    "schema; see docs/stores.md). Given before or after the command name. [default: ledger.db "
+    "in your data directory]"
+)
+
 T = TypeVar("T")
 
 EXIT_CODES = {
@@ -72,12 +81,32 @@ class BadArgument(click.ClickException):
 
 
 class OneLineGroup(click.Group):
-    """A command group whose usage errors are one line: the problem, and the command's help.
+    """A command group whose usage errors are one line, and whose commands all take ``--db``.
 
     Click prints a usage error as the command's usage, a hint and the error on three lines;
     pev's errors are one line each, so a script or a person reads the problem at once. A group
     given nothing at all (``pev``, ``pev ledger``) prints its help, as ``--help`` would.
+
+    Each command added (but a group, whose own commands get it) takes ``--db`` too, so that
+    ``pev tasks --db x`` works as ``pev --db x tasks`` does; the one given after the command
+    wins. A command that declares its own ``db`` parameter keeps it.
     """
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Add ``cmd``, with a ``--db`` option of its own unless it is a group or has one."""
+        if not isinstance(cmd, click.Group) and all(p.name != "db" for p in cmd.params):
+            cmd.params.append(
+                click.Option(
+                    ["--db"],
+                    metavar="PATH|URL",
+                    default=None,
+                    expose_value=False,
+                    is_eager=True,
+                    callback=_command_db,
+                    help=DB_HELP,
+                )
+            )
+        super().add_command(cmd, name)
 
     def make_context(
         self,
@@ -98,6 +127,16 @@ class OneLineGroup(click.Group):
             return super().invoke(ctx)
         except click.UsageError as exc:
             raise _one_line(exc) from exc
+
+
+_DB_AFTER = "pev.db_after_command"  # ctx.meta key: --db was given after the command name
+
+
+def _command_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """A command's own ``--db``: it takes the place of the one given before the command."""
+    if value is not None:
+        ctx.obj = value
+        ctx.meta[_DB_AFTER] = True
 
 
 def _one_line(exc: click.UsageError) -> click.ClickException | click.exceptions.Exit:
@@ -298,8 +337,10 @@ def task_db(db: str, spec: TaskFile) -> tuple[str, str]:
 
     ``--db`` or ``PEV_DB`` when given, else the task file's ``store``, else the default ledger.
     """
-    source = click.get_current_context().find_root().get_parameter_source("db")
-    if spec.store is not None and source in (None, ParameterSource.DEFAULT):
+    ctx = click.get_current_context()
+    source = ctx.find_root().get_parameter_source("db")
+    given = ctx.meta.get(_DB_AFTER, False) or source not in (None, ParameterSource.DEFAULT)
+    if spec.store is not None and not given:
         return spec.store, f"{spec.path}: store"
     return db, "--db"
 

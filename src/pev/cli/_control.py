@@ -8,15 +8,15 @@ approval for, which its driver, a worker or ``pev resume`` acts on in whatever p
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Awaitable, Callable, Sequence
 
 import click
-from rich.console import Console
 from rich.text import Text
 
-from pev import codec, engine
+from pev import engine
 from pev.cli._common import BadArgument, on_ledger, resolve_task_id, text_option
+from pev.cli._documents import entry_document
+from pev.cli._output import echo_json, echo_line, stdout_console
 from pev.cli._progress import progress_line
 from pev.cli._render import STATUS_STYLE, task_heading
 from pev.errors import StateError, UsageError
@@ -41,21 +41,6 @@ def event_line(entry: LedgerEntry, rails: RailEvents) -> str:
     return f"{text}  {said}" if said else text
 
 
-def _json_line(entry: LedgerEntry) -> str:
-    return json.dumps(
-        {
-            "task_id": entry.task_id,
-            "seq": entry.seq,
-            "at": entry.at.isoformat(),
-            "kind": entry.event.kind,
-            "event": codec.encode(entry.event),
-            "hash": entry.hash,
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-
-
 @click.command("events")
 @click.argument("task_id", metavar="TASK")
 @click.option(
@@ -68,7 +53,13 @@ def _json_line(entry: LedgerEntry) -> str:
     type=click.IntRange(min=0),
     help="Only the events after this sequence number.",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per event, per line.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print one JSON document {"task_id", "events": [...]}; with --follow, one JSON '
+    "object per event, per line, as each is written.",
+)
 @click.pass_obj
 def events_command(db: str, task_id: str, following: bool, after: int, as_json: bool) -> None:
     """Print a task's events (id or unique prefix), one per line, oldest first.
@@ -76,8 +67,9 @@ def events_command(db: str, task_id: str, following: bool, after: int, as_json: 
     With --follow, keep printing them as the ledger grows, from any process's writes, until the
     task ends (PostgreSQL tells followers of each write; an SQLite file's version is looked at
     every 10 ms).
-    Each --json line holds task_id, seq, at, kind, event (the event as the ledger encodes it)
-    and hash.
+    With --json, one JSON document, {"task_id", "events"}, each event holding task_id, seq, at,
+    kind, event (the event as the ledger encodes it) and hash; with --follow too, one such
+    event object per line (JSON lines), printed as it is written.
     """
 
     async def printed(ledger: Ledger) -> None:
@@ -86,12 +78,17 @@ def events_command(db: str, task_id: str, following: bool, after: int, as_json: 
 
         def echo(entries: Sequence[LedgerEntry]) -> None:
             for entry in entries:
-                line = _json_line(entry) if as_json else event_line(entry, rails)
+                line = event_line(entry, rails) if not as_json else None
                 if entry.seq > after:
-                    click.echo(line)
+                    echo_line(line) if line is not None else echo_json(entry_document(entry))
 
         if not following:
-            echo(await ledger.entries(full_id))
+            entries = await ledger.entries(full_id)
+            if as_json:
+                shown = [entry_document(entry) for entry in entries if entry.seq > after]
+                echo_json({"task_id": full_id, "events": shown})
+            else:
+                echo(entries)
             return
         # Every entry is read (the lines need the plan), only those after --after printed.
         async with contextlib.aclosing(follow(ledger.store, full_id)) as batches:
@@ -127,7 +124,7 @@ def _decided(
 
     state = on_ledger(db, write)
     done = f"{verb}d" if verb.endswith("e") else f"{verb}ed"  # approved, rejected
-    Console().print(_decision_report(state, done), soft_wrap=True)
+    stdout_console().print(_decision_report(state, done), soft_wrap=True)
 
 
 def _decision_report(state: TaskState, verb: str) -> Text:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.text import Text
 
 from pev import engine
@@ -36,6 +35,7 @@ from pev.cli._common import (
     text_option,
 )
 from pev.cli._mcp import open_recorded, open_servers, recorded_agent, records_servers
+from pev.cli._output import echo_line, stdout_console
 from pev.cli._progress import ConsoleRail
 from pev.cli._render import STATUS_STYLE, task_heading
 from pev.cli._taskfile import TaskFile, TaskFileError, load_task_file
@@ -67,7 +67,7 @@ def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> N
         spec = load_task_file(task_file)
     except TaskFileError as exc:
         fail(str(exc))
-    console = Console()
+    console = stdout_console()
     progress = None if quiet else ConsoleRail(console)
     rails = (progress,) if progress is not None else ()
     new_id = task_id or new_task_id()
@@ -92,11 +92,12 @@ def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> N
         return await ledger.state(result.task_id)
 
     where, named_by = task_db(db, spec)
-    ended(
-        console,
-        interruptible(new_id, lambda: on_ledger(where, drive, named_by=named_by)),
-        progress=progress,
-    )
+    try:
+        state = interruptible(new_id, lambda: on_ledger(where, drive, named_by=named_by))
+    finally:
+        if progress is not None:
+            progress.close()
+    ended(console, state, progress=progress)
 
 
 @click.command("submit")
@@ -137,7 +138,7 @@ def submit_command(db: str, task_file: Path, task_id: str | None) -> None:
             fail(_task_file_problem(task_file, exc))
 
     where, named_by = task_db(db, spec)
-    click.echo(on_ledger(where, write, named_by=named_by))
+    echo_line(on_ledger(where, write, named_by=named_by))
 
 
 @asynccontextmanager
@@ -387,7 +388,7 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
     here = str(Path.cwd())
     if here not in sys.path:
         sys.path.insert(0, here)
-    console = Console()
+    console = stdout_console()
     progress = None if quiet else ConsoleRail(console)
     rails = (progress,) if progress is not None else ()
 
@@ -422,7 +423,12 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
             )
         return await ledger.state(result.task_id)
 
-    ended(console, interruptible(task_id, lambda: on_ledger(db, drive)), progress=progress)
+    try:
+        state = interruptible(task_id, lambda: on_ledger(db, drive))
+    finally:
+        if progress is not None:
+            progress.close()
+    ended(console, state, progress=progress)
 
 
 @asynccontextmanager
@@ -469,7 +475,7 @@ def cancel_command(db: str, task_id: str, reason: str) -> None:
         return before, await engine.cancel(full_id, store=ledger.store, reason=reason)
 
     before, after = on_ledger(db, request)
-    Console().print(_cancel_report(before, after), soft_wrap=True)
+    stdout_console().print(_cancel_report(before, after), soft_wrap=True)
 
 
 def _cancel_report(before: TaskState, after: TaskState) -> Text:

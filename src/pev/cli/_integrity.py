@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.text import Text
 
 from pev.cli._common import (
@@ -30,6 +29,8 @@ from pev.cli._common import (
     on_ledger,
     resolve_task_id,
 )
+from pev.cli._documents import anchor_document, chain_document
+from pev.cli._output import echo_json, echo_line, stdout_console
 from pev.cli._render import chain_report
 from pev.engine._trust import verified
 from pev.errors import PevError, UnknownTaskError
@@ -69,8 +70,17 @@ class _AnchorCheck:
     help="Also check the heads `pev ledger anchor` printed earlier (JSON lines; - reads "
     "stdin): each anchored event must still be in the ledger, with its hash.",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print one JSON document {"ok", "tasks", "anchors"} (fields in docs/cli.md); '
+    "the exit code is the same.",
+)
 @click.pass_obj
-def verify_command(db: str, task_ids: Sequence[str], anchors_file: Path | None) -> None:
+def verify_command(
+    db: str, task_ids: Sequence[str], anchors_file: Path | None, as_json: bool
+) -> None:
     """Check each task's ledger from its events; exit 1 if any fails.
 
     TASK is a task id or a unique prefix of one; by default every task, listed from the events
@@ -79,7 +89,10 @@ def verify_command(db: str, task_ids: Sequence[str], anchors_file: Path | None) 
     event is named, as is an index row that disagrees with the events. A damaged task is
     reported and the check goes on. With --anchors, each anchored head of the tasks checked
     must still be in the ledger: a dropped suffix is found even if the index was edited to
-    match. Exit codes: 0 all good, 1 a task or an anchor failed, 2 a bad argument.
+    match. With --json, one JSON document: {"ok", "tasks": [{"task_id", "ok", "events",
+    "keyed_events", "first_bad_seq", "problem", "needs_key"}], "anchors": [{"task_id", "seq",
+    "hash", "ok", "problem"}]}. Exit codes: 0 all good, 1 a task or an anchor failed, 2 a bad
+    argument.
     """
     anchors = read_anchors(anchors_file) if anchors_file is not None else ()
 
@@ -95,14 +108,28 @@ def verify_command(db: str, task_ids: Sequence[str], anchors_file: Path | None) 
         return list(reports.values()), [await _check(ledger, a, reports) for a in checked]
 
     reports, anchor_checks = on_ledger(db, check, existing=True)
-    console = Console(soft_wrap=True, highlight=False)
+    bad = sum(not report.ok for report in reports)
+    bad_anchors = sum(bool(found.problem) for found in anchor_checks)
+    if as_json:
+        echo_json(
+            {
+                "ok": not (bad or bad_anchors),
+                "tasks": [chain_document(report) for report in reports],
+                "anchors": [
+                    anchor_document(a.anchor.task_id, a.anchor.seq, a.anchor.hash, a.problem)
+                    for a in anchor_checks
+                ],
+            }
+        )
+        if bad or bad_anchors:
+            raise click.exceptions.Exit(1)
+        return
+    console = stdout_console()
     for report in reports:
         console.print(chain_report(report))
     for found in anchor_checks:
         console.print(_anchor_line(found))
-    bad = sum(not report.ok for report in reports)
     summary = f"{len(reports)} task(s) checked, {bad} failed verification"
-    bad_anchors = sum(bool(found.problem) for found in anchor_checks)
     if anchors_file is not None:
         summary += f"; {len(anchor_checks)} anchor(s) checked, {bad_anchors} not found as anchored"
     console.print(summary)
@@ -133,7 +160,7 @@ def anchor_command(db: str, task_ids: Sequence[str]) -> None:
     refused = 0
     for found in on_ledger(db, heads, existing=True):
         if isinstance(found, Anchor):
-            click.echo(found.line())
+            echo_line(found.line())
         else:
             refused += 1
             where = f" at event {found.first_bad_seq}" if found.first_bad_seq is not None else ""

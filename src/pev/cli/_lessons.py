@@ -44,7 +44,7 @@ def lesson_list(lessons: Sequence[Lesson]) -> RenderableType:
     """The lesson list: per lesson, id (any unique prefix works), status, support, key, text."""
     blocks: list[RenderableType] = [Text(f"{len(lessons)} lesson(s)", style="bold")]
     for lesson in lessons:
-        blocks.extend((_header(lesson), Padding(Text(lesson.text), (0, 0, 0, 2))))
+        blocks.extend((_header(lesson), Padding(Text(lesson.text), (0, 0, 0, 2), expand=False)))
     return Group(*blocks)
 
 

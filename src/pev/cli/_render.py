@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from pev.kernel import Decision, Diagnosis, Finish, GlobalReplan, LocalReplan, TaskStatus
+from pev.kernel import Finish, TaskStatus
 from pev.ledger import (
     Approved,
     ChainReport,
@@ -23,12 +23,19 @@ from pev.ledger import (
     VerdictRecorded,
     known_refs,
 )
+from pev.ledger._queries import NodeStanding, node_standings
 from pev.model import (
     CriterionStatus,
-    ExecutionRecord,
     RecordStatus,
     canonical_json,
-    record_status_for,
+)
+from pev.rails._console import (
+    STATUS_STYLE,
+    decision_text,
+    describe_decision,
+    diagnosis_text,
+    iso_time,
+    task_heading,
 )
 
 __all__ = [
@@ -46,12 +53,6 @@ __all__ = [
 SHORT_ID = 8
 """How many leading characters of a task id the task list shows."""
 
-STATUS_STYLE = {
-    TaskStatus.SUCCEEDED: "bold green",
-    TaskStatus.PARTIAL: "bold yellow",
-    TaskStatus.FAILED: "bold red",
-    TaskStatus.CANCELLED: "bold magenta",
-}
 _RECORD_STYLE = {
     RecordStatus.SUCCEEDED: "green",
     RecordStatus.FAILED: "red",
@@ -63,11 +64,6 @@ _CRITERION_MARK = {
     CriterionStatus.UNSATISFIED: Text("✗", style="red"),
     CriterionStatus.UNKNOWN: Text("?", style="yellow"),
 }
-
-
-def task_heading(task_id: str) -> Text:
-    """``task <id>``, as every view of a task begins."""
-    return Text.assemble(("task ", "bold"), (task_id, "bold cyan"))
 
 
 def _status_text(phase: TaskPhase, status: TaskStatus | None) -> Text:
@@ -86,7 +82,7 @@ def task_table(summaries: Sequence[TaskSummary], drivers: Mapping[str, str] | No
     table.add_column("task", no_wrap=True, min_width=SHORT_ID)
     table.add_column("status", no_wrap=True, min_width=9)
     table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=23)
-    table.add_column("updated", no_wrap=True, min_width=11)
+    table.add_column("updated", no_wrap=True)
     table.add_column("title", overflow="fold", min_width=12)
     if drivers:
         table.add_column("driver", overflow="fold", min_width=10)
@@ -95,7 +91,7 @@ def task_table(summaries: Sequence[TaskSummary], drivers: Mapping[str, str] | No
             summary.task_id[:SHORT_ID],
             _status_text(summary.phase, summary.status),
             str(summary.reason or ""),
-            f"{summary.updated_at:%m-%d %H:%M}",
+            iso_time(summary.updated_at),
             summary.title,
         ]
         if drivers:
@@ -110,7 +106,7 @@ def driver_line(state: TaskState, lease: Lease | None, now: datetime) -> Text | 
         return None
     if lease is None:
         return Text("no driver has taken it yet: `pev resume` drives it", style="yellow")
-    until = lease.expires_at.isoformat(timespec="seconds")
+    until = iso_time(lease.expires_at)
     if lease.live(now):
         return Text(f"driven now by {lease.owner} (lease epoch {lease.epoch}, until {until})")
     return Text(
@@ -164,41 +160,34 @@ def _revision(state: TaskState, revision: Revision) -> RenderableType:
     table = Table(title=title, title_justify="left", title_style="bold", expand=False)
     for column in ("node", "tool", "effect", "after", "record"):
         table.add_column(column)
-    records = {r.node_id: r for r in state.records.values() if r.revision == revision.number}
-    skipped = {s.node_id for s in state.skipped if s.revision == revision.number}
-    for node in revision.plan.nodes:
-        record = records.get(node.id)
+    standings = node_standings(state, revision)
+    for standing in standings:
+        node, record = standing.node, standing.record
         if record is not None:
             cell = Text(str(record.status), style=_RECORD_STYLE.get(record.status, ""))
             if record.error:
                 cell.append(f" ({record.error})", style="dim")
-            settled = state.reconciled.get(record.id)
-            if settled is not None:
-                cell.append(f", reconciled as {record_status_for(settled.result)}", style="cyan")
-        elif node.id in skipped:
-            cell = Text("skipped", style="dim")
-        elif revision.redo and node.id not in revision.redo:
-            cell = Text("kept", style="dim green")
+            if standing.reconciled is not None:
+                cell.append(f", reconciled as {standing.reconciled}", style="cyan")
         else:
-            cell = Text("not dispatched", style="dim")
+            word = standing.state.replace("_", " ")
+            cell = Text(word, style="dim green" if word == "kept" else "dim")
         # A dispatched node's record holds its effect as it ran; else the node's own, if any.
         effect = record.effect if record is not None else node.effect or "tool's"
         table.add_row(node.id, node.tool or "", str(effect), ", ".join(node.after), cell)
     parts: list[RenderableType] = [table]
-    parts.extend(_attempt_lines(state, revision, records))
+    parts.extend(_attempt_lines(state, standings))
     parts.extend(approval_lines(state, revision.number))
     parts.extend(_verdicts(state, revision.number))
     parts.append(Text(""))
     return Group(*parts)
 
 
-def _attempt_lines(
-    state: TaskState, revision: Revision, records: Mapping[str, ExecutionRecord]
-) -> list[Text]:
+def _attempt_lines(state: TaskState, standings: Sequence[NodeStanding]) -> list[Text]:
     """Each attempt of the calls a retry policy made more than once: when, how long, and why."""
     lines: list[Text] = []
-    for node in revision.plan.nodes:
-        record = records.get(node.id)
+    for standing in standings:
+        node, record = standing.node, standing.record
         result = None if record is None else state.results.get(record.id)
         if result is None or not result.attempts:
             continue
@@ -226,7 +215,7 @@ def approval_lines(state: TaskState, number: int) -> list[Text]:
         if request.actions:
             line.append(f" for actions {', '.join(request.actions)}", style="")
         if request.deadline is not None:
-            line.append(f", by {request.deadline:%Y-%m-%d %H:%M:%S} UTC", style="dim")
+            line.append(f", by {iso_time(request.deadline)}", style="dim")
         lines.append(line)
     for review in (r for r in state.reviews if r.revision == number):
         if isinstance(review, Approved):
@@ -275,15 +264,6 @@ def _verdict(recorded: VerdictRecorded, refs: frozenset[str]) -> list[Renderable
     return parts
 
 
-def diagnosis_text(diagnosis: Diagnosis) -> Text:
-    """``diagnosis: <cause>  <detail>``."""
-    return Text.assemble(
-        ("diagnosis: ", "bold"),
-        (str(diagnosis.cause), "yellow"),
-        f"  {diagnosis.detail}" if diagnosis.detail else "",
-    )
-
-
 def _decision(dispatched: Dispatched) -> RenderableType:
     decision = dispatched.decision
     line = Text("decision: ", style="bold")
@@ -293,29 +273,12 @@ def _decision(dispatched: Dispatched) -> RenderableType:
     return line
 
 
-def decision_text(decision: Decision) -> Text:
-    """A decision in words, a finish in its status's colour and a replan in cyan."""
-    style = STATUS_STYLE.get(decision.status, "") if isinstance(decision, Finish) else "cyan"
-    return Text(describe_decision(decision), style=style)
-
-
-def describe_decision(decision: Decision) -> str:
-    """A decision in words: ``finish succeeded/passed``, ``local replan of a, b``, ...."""
-    match decision:
-        case Finish(status=status, reason=reason):
-            return f"finish {status}/{reason}"
-        case LocalReplan(nodes=nodes):
-            return f"local replan of {', '.join(sorted(nodes))}"
-        case GlobalReplan():
-            return "global replan"
-
-
 def _ending(state: TaskState) -> RenderableType:
     finished = state.finished
     if finished is None:
         note = f"in progress: {state.phase}"
         if state.replan_deadline is not None:
-            note += f" (replan must begin by {state.replan_deadline:%Y-%m-%d %H:%M:%S} UTC)"
+            note += f" (replan must begin by {iso_time(state.replan_deadline)})"
         waiting = state.awaiting
         if waiting is not None:
             note += (
@@ -323,7 +286,7 @@ def _ending(state: TaskState) -> RenderableType:
                 f"`pev reject {state.task_id} --reason ...`"
             )
             if waiting.deadline is not None:
-                note += f", by {waiting.deadline:%Y-%m-%d %H:%M:%S} UTC"
+                note += f", by {iso_time(waiting.deadline)}"
             note += ")"
         return Text(note, style="cyan")
     line = Text.assemble(

@@ -225,7 +225,7 @@ def _args_model(
             __config__=pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=False),
             **fields,
         )
-    except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError) as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever pydantic makes of a hint, said as one error
         raise TypeError(_refused(tool, planned, exc)) from None
 
 
@@ -238,7 +238,7 @@ def _schema(
             # what pydantic warns about; the parameter stays optional all the same.
             warnings.simplefilter("ignore", pydantic.json_schema.PydanticJsonSchemaWarning)
             schema = model.model_json_schema(by_alias=True)
-    except (pydantic.PydanticInvalidForJsonSchema, pydantic.PydanticUserError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a hint not fully defined, recursive, unknown...
         raise TypeError(_refused(tool, planned, exc)) from None
     schema.pop("title", None)
     frozen = freeze_json(schema, path="schema")
@@ -254,12 +254,8 @@ def _refused(tool: str, planned: Sequence[inspect.Parameter], exc: Exception) ->
             continue
         try:
             pydantic.TypeAdapter(hint).json_schema()
-        except (
-            pydantic.PydanticSchemaGenerationError,
-            pydantic.PydanticInvalidForJsonSchema,
-            pydantic.PydanticUserError,
-        ) as found:
-            why = str(found).split("\n", 1)[0]
+        except Exception as found:  # noqa: BLE001 - any failure names this parameter
+            why = (str(found).split("\n", 1)[0] or type(found).__name__)[:200]
             return (
                 f"tool {tool!r}: parameter {param.name!r} has type hint {hint!r}, which "
                 f"pydantic cannot validate from JSON ({why}); plan args are JSON: use str, int, "

@@ -6,24 +6,30 @@ instead of walking the state themselves.
 
 from __future__ import annotations
 
-from pev.ledger._state import TaskState
+from dataclasses import dataclass
+
+from pev.ledger._state import Revision, TaskState
 from pev.model import (
     Effect,
     EvidencePhase,
     ExecutionRecord,
     JsonValue,
     NodeResult,
+    PlanNode,
     RecordStatus,
     Success,
     record_ref,
+    record_status_for,
 )
 
 __all__ = [
+    "NodeStanding",
     "executed_ok",
     "known_refs",
     "lineage_records",
     "lineage_results",
     "missing_evidence",
+    "node_standings",
     "outputs",
     "unfinished_records",
     "unsettled_unknown_actions",
@@ -105,3 +111,45 @@ def missing_evidence(state: TaskState, revision: int) -> tuple[str, ...]:
         if item.revision == revision and item.phase is EvidencePhase.AFTER
     }
     return tuple(kind for kind in state.contract.required_evidence if kind not in fresh)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStanding:
+    """Where one node of a revision stands, as ``pev show``, its JSON and the viewer show it.
+
+    Attributes:
+        node: The plan's node.
+        record: Its record in this revision, if it was dispatched.
+        state: The record's status, else ``skipped`` (a failed dependency kept it from running),
+            ``kept`` (a local replan left its earlier result in force) or ``not_dispatched``.
+        reconciled: What a reconciliation established for its record of unknown outcome (a
+            record status), if one did.
+    """
+
+    node: PlanNode
+    record: ExecutionRecord | None
+    state: str
+    reconciled: str | None
+
+
+def node_standings(state: TaskState, revision: Revision) -> tuple[NodeStanding, ...]:
+    """Each node of ``revision``'s plan, in plan order, with its record and state."""
+    records = {r.node_id: r for r in state.records.values() if r.revision == revision.number}
+    skipped = {s.node_id for s in state.skipped if s.revision == revision.number}
+    standings: list[NodeStanding] = []
+    for node in revision.plan.nodes:
+        record = records.get(node.id)
+        reconciled = None
+        if record is not None:
+            word = str(record.status)
+            settled = state.reconciled.get(record.id)
+            if settled is not None:
+                reconciled = str(record_status_for(settled.result))
+        elif node.id in skipped:
+            word = "skipped"
+        elif revision.redo and node.id not in revision.redo:
+            word = "kept"
+        else:
+            word = "not_dispatched"
+        standings.append(NodeStanding(node, record, word, reconciled))
+    return tuple(standings)

@@ -10,9 +10,14 @@ same events of a task's entries read back from its ledger (what ``pev.watch`` st
 
 Built-in rails: :class:`LoggingRail` (structured log lines), :class:`CriteriaVerificationRail`
 (an independent keyword check of the final output) and :class:`RootCauseRail` (device failures
-by node and tool, across runs).
+by node and tool, across runs). :class:`ConsoleRail` prints a task's loop as it goes round, with
+a live display of its running nodes on a terminal (what ``pev run`` shows; docs/cli.md). It needs
+only ``rich``, a core dependency, and is imported on first use, so ``import pev.rails`` stays light.
 """
 
+from typing import TYPE_CHECKING
+
+from pev._lazy import lazy_names
 from pev.rails._bus import RailBus, RailLike
 from pev.rails._criteria import CriteriaReport, CriteriaVerificationRail
 from pev.rails._event import Rail, RailEvent, RailPhase
@@ -20,7 +25,11 @@ from pev.rails._logging import LoggingRail
 from pev.rails._root_cause import RootCauseRail, RootCauseSummary
 from pev.rails._stream import RailEvents
 
+if TYPE_CHECKING:
+    from pev.rails._console import ConsoleRail
+
 __all__ = [
+    "ConsoleRail",
     "CriteriaReport",
     "CriteriaVerificationRail",
     "LoggingRail",
@@ -33,3 +42,10 @@ __all__ = [
     "RootCauseRail",
     "RootCauseSummary",
 ]
+
+# Served on first use, so that ``import pev`` does not import rich.
+__getattr__ = lazy_names(__name__, {"ConsoleRail": "pev.rails._console"})
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
