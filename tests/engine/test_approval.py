@@ -370,3 +370,29 @@ async def test_resume_of_a_task_awaiting_approval_waits_then_goes_on() -> None:
     result = await asyncio.wait_for(resuming, 10)
     assert result.ok
     assert PAYMENTS == [40]
+
+
+async def test_a_cancel_between_the_decision_and_the_drive_ends_the_run_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cancel written while nobody holds the lease, just after the decision: the waiting
+    driver's run ends cancelled (found by the viewer's operator test: it raised StateError)."""
+    from pev.engine._driver import Driver
+
+    store, payments = MemoryStore(), Payments()
+    waited = Driver._wait_turn
+
+    async def then_cancelled(self: Driver) -> TaskState:
+        state = await waited(self)
+        await pev.cancel(state.task_id, store=store, reason="an operator changed their mind")
+        return state
+
+    monkeypatch.setattr(Driver, "_wait_turn", then_cancelled)
+    planner = ScriptedPlanner(paying(40), paying(35))
+    handle = await started(store, planner, payments, policy=approval())
+    await awaiting(store, handle.task_id, 1)
+    # Rejected, the task awaits its replan: a cancel then ends it at once, lease or none.
+    await handle.reject(by="ada", reason="not 40")
+    result = await handle.result()
+    assert (result.status, result.reason) == (TaskStatus.CANCELLED, TerminalReason.CANCELLED)
+    assert payments.sent == []

@@ -184,6 +184,12 @@ class Driver:
             except LeaseHeld:
                 # Another driver took the task as soon as it was decided: wait for it.
                 state = await self._ledger.state(self._task_id)
+            except StateError:
+                # Someone ended it (a cancel written while nobody held the lease) between the
+                # decision and this driver's first write: the task's end is the drive's.
+                state = await self._ledger.state(self._task_id)
+                if not state.terminal:
+                    raise
         return state
 
     async def _wait_turn(self) -> TaskState:
