@@ -47,6 +47,21 @@ def _environment(log: Path) -> dict[str, str]:
     }
 
 
+def _run(
+    command: list[str], env: dict[str, str], *, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` to its end (bounded), its output captured as text."""
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+        check=False,
+        env=env,
+    )
+
+
 @pytest.mark.parametrize(
     ("team", "room", "people"),
     [
@@ -59,15 +74,7 @@ def test_run_script_books_one_room_after_a_retried_lookup(
 ) -> None:
     """`python examples/rooms/run.py` books the smallest free room, once; the lookup retried."""
     log = tmp_path / "bookings.log"
-    done = subprocess.run(
-        [sys.executable, "-W", "error", str(EXAMPLE / "run.py"), team],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=60,
-        check=False,
-        env=_environment(log),
-    )
+    done = _run([sys.executable, "-W", "error", str(EXAMPLE / "run.py"), team], _environment(log))
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert "status: succeeded (passed) after 1 revision(s)" in lines
@@ -96,27 +103,11 @@ def test_task_file_runs_through_the_command_line_and_show_lists_the_attempts(
     log = tmp_path / "bookings.log"
     db = tmp_path / "ledger.db"
     pev_command = [sys.executable, "-m", "pev", "--db", str(db)]
-    ran = subprocess.run(
-        [*pev_command, "run", str(task_file), "--quiet"],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=90,
-        check=False,
-        env=_environment(log),
-    )
+    ran = _run([*pev_command, "run", str(task_file), "--quiet"], _environment(log), timeout=90)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert len(_bookings(log)) == 1
     task_id = ran.stdout.strip().split()[-2].rstrip(":")
-    shown = subprocess.run(
-        [*pev_command, "show", task_id],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=60,
-        check=False,
-        env={**_environment(log), "COLUMNS": "200"},
-    )
+    shown = _run([*pev_command, "show", task_id], {**_environment(log), "COLUMNS": "200"})
     assert shown.returncode == 0, shown.stderr
     assert "attempts of team (team_members):" in shown.stdout
     assert "ConnectionError: the directory closed the connection" in shown.stdout

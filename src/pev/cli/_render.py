@@ -26,10 +26,10 @@ from pev.ledger import (
 from pev.ledger._queries import NodeStanding, node_standings
 from pev.model import (
     CriterionStatus,
-    RecordStatus,
     canonical_json,
 )
 from pev.rails._console import (
+    RECORD_STYLE,
     STATUS_STYLE,
     decision_text,
     describe_decision,
@@ -53,12 +53,6 @@ __all__ = [
 SHORT_ID = 8
 """How many leading characters of a task id the task list shows."""
 
-_RECORD_STYLE = {
-    RecordStatus.SUCCEEDED: "green",
-    RecordStatus.FAILED: "red",
-    RecordStatus.UNKNOWN: "bold yellow",
-    RecordStatus.CANCELLED: "magenta",
-}
 _CRITERION_MARK = {
     CriterionStatus.SATISFIED: Text("✓", style="green"),
     CriterionStatus.UNSATISFIED: Text("✗", style="red"),
@@ -164,7 +158,7 @@ def _revision(state: TaskState, revision: Revision) -> RenderableType:
     for standing in standings:
         node, record = standing.node, standing.record
         if record is not None:
-            cell = Text(str(record.status), style=_RECORD_STYLE.get(record.status, ""))
+            cell = Text(str(record.status), style=RECORD_STYLE.get(record.status, ""))
             if record.error:
                 cell.append(f" ({record.error})", style="dim")
             if standing.reconciled is not None:

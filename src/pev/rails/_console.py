@@ -38,6 +38,7 @@ from pev.model import CriterionStatus, DeviceFailure, RecordStatus, VerdictStatu
 from pev.rails._event import RailEvent, RailPhase
 
 __all__ = [
+    "RECORD_STYLE",
     "STATUS_STYLE",
     "ConsoleRail",
     "decision_text",
@@ -56,11 +57,22 @@ STATUS_STYLE = {
 }
 """The style of each task status, wherever a status is printed."""
 
+RECORD_STYLE = {
+    RecordStatus.SUCCEEDED: "green",
+    RecordStatus.FAILED: "red",
+    RecordStatus.UNKNOWN: "bold yellow",
+    RecordStatus.CANCELLED: "magenta",
+}
+"""The style of each terminal record status, wherever a record is printed."""
+
 _RECORD_MARK = {
-    RecordStatus.SUCCEEDED: ("✓", "green"),
-    RecordStatus.FAILED: ("✗", "red"),
-    RecordStatus.UNKNOWN: ("?", "bold yellow"),
-    RecordStatus.CANCELLED: ("-", "magenta"),
+    status: (mark, RECORD_STYLE[status])
+    for status, mark in (
+        (RecordStatus.SUCCEEDED, "✓"),
+        (RecordStatus.FAILED, "✗"),
+        (RecordStatus.UNKNOWN, "?"),
+        (RecordStatus.CANCELLED, "-"),
+    )
 }
 _VERDICT_STYLE = {
     VerdictStatus.SUCCESS: "green",
