@@ -12,7 +12,7 @@ TEST_STAMP   := $(VENV)/.installed-test
 DEMO_STAMP   := $(VENV)/.installed-demo
 BENCH_STAMP  := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck pytest bench llm-smoke clean help
+.PHONY: demo test lint typecheck pytest soak bench llm-smoke clean help
 
 help:  ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -53,6 +53,16 @@ typecheck: $(TEST_STAMP)
 
 pytest: $(TEST_STAMP)
 	$(BIN)/pytest --cov --cov-report=term --cov-report=xml -p no:cacheprovider
+
+# Longer fault sweeps than `make test` runs: the fleet under random SIGKILLs on five more seeds,
+# the effects properties at many more examples, and the whole fault suite with its safety check.
+soak: $(TEST_STAMP)  ## Longer fault sweeps (minutes; not part of `make test`): run before resolving an issue.
+	for seed in 12 13 14 15 16; do \
+		PEV_FLEET_SEED=$$seed $(BIN)/pytest -p no:cacheprovider -q tests/engine/test_fleet.py || exit 1; \
+	done
+	PEV_SOAK_FACTOR=10 $(BIN)/pytest -p no:cacheprovider -q tests/ledger/test_properties_effects.py \
+		tests/engine/test_effects_once.py tests/engine/test_effects_processes.py
+	$(BIN)/python bench/bench_faults.py --check
 
 bench: $(BENCH_STAMP)  ## Kernel, ledger, engine, LangGraph, fault-suite and scale benchmarks; writes docs/benchmarks.md and README.md.
 	$(BIN)/python bench/bench_foundation.py --write docs/benchmarks.md

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
+from _fault_tools import COMPENSATION
 from _fault_world import (
+    EFFECT_FAULTS,
     FAULTS,
     SEEDS,
     SIM_FAULTS,
@@ -14,45 +18,71 @@ from _fault_world import (
     Outcome,
     Outcomes,
     Task,
-    sim_tasks,
-    tasks,
 )
 from _report import machine_line, met
 
 
+def _by_strategy() -> Outcomes:
+    return {strategy: [] for strategy in STRATEGIES}
+
+
+@dataclass
+class Suite:
+    """One run of the suite: the outcomes of each kind of task by strategy, and their seconds."""
+
+    quick: bool = False
+    command: str = "`make bench` (`python bench/bench_faults.py --write docs/benchmarks.md`)"
+    software: Outcomes = field(default_factory=_by_strategy)
+    effects: Outcomes = field(default_factory=_by_strategy)
+    sim: Outcomes = field(default_factory=_by_strategy)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _passed(outcome: Outcome) -> bool:
+    return outcome.reported and outcome.honest
+
+
 def summarize(outcomes: list[Outcome]) -> dict[str, float]:
+    """A strategy's figures over some runs; duplicate effects are NaN where none were counted."""
     runs = len(outcomes)
     by_task: dict[Task, list[Outcome]] = {}
     for outcome in outcomes:
         by_task.setdefault(outcome.task, []).append(outcome)
+    counted = [o.duplicate_effects for o in outcomes if o.duplicate_effects is not None]
     return {
         "runs": runs,
         "truthful": sum(o.reported == o.honest for o in outcomes) / runs,
         "false": sum(o.reported and not o.honest for o in outcomes),
         "world_wrong": sum(o.reported and not o.goal for o in outcomes),
-        "success": sum(o.reported and o.honest for o in outcomes) / runs,
+        "goal": sum(o.goal for o in outcomes) / runs,
+        "success": sum(map(_passed, outcomes)) / runs,
         "tool_calls": sum(o.tool_calls for o in outcomes),
         "repeated": sum(o.repeated_unknown for o in outcomes),
+        "duplicates": sum(counted) if counted else math.nan,
         "planner_calls": sum(o.planner_calls for o in outcomes),
-        "pass_k": statistics.fmean(
-            all(o.reported and o.honest for o in group) for group in by_task.values()
-        ),
+        "pass_k": statistics.fmean(all(map(_passed, group)) for group in by_task.values()),
     }
+
+
+def _count(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.0f}"
 
 
 def _strategy_table(stats: Mapping[str, Mapping[str, float]]) -> list[str]:
     lines = [
         (
-            "| strategy | truthful status | false successes | successes with the world goal unmet "
-            "| goal success | pass^4 | tool calls | repeated unknown actions | planner calls |"
+            "| strategy | runs | truthful status | goal holds | goal success (pass^1) | pass^4 "
+            "| false successes | successes with the world goal unmet | duplicate effects "
+            "| repeated unknown actions | tool calls | planner calls |"
         ),
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for strategy, s in stats.items():
         lines.append(
-            f"| {strategy} | {s['truthful']:.1%} | {s['false']:.0f} | {s['world_wrong']:.0f} "
-            f"| {s['success']:.1%} | {s['pass_k']:.1%} | {s['tool_calls']:.0f} "
-            f"| {s['repeated']:.0f} | {s['planner_calls']:.0f} |"
+            f"| {strategy} | {s['runs']:.0f} | {s['truthful']:.1%} | {s['goal']:.1%} "
+            f"| {s['success']:.1%} | {s['pass_k']:.1%} | {s['false']:.0f} "
+            f"| {s['world_wrong']:.0f} | {_count(s['duplicates'])} | {s['repeated']:.0f} "
+            f"| {s['tool_calls']:.0f} | {s['planner_calls']:.0f} |"
         )
     return lines
 
@@ -75,10 +105,30 @@ def _fault_table(
         cells = []
         for strategy in STRATEGIES:
             group = runs[strategy]
-            ok = sum(o.reported and o.honest for o in group) / len(group)
+            ok = sum(map(_passed, group)) / len(group)
             false = sum(o.reported and not o.honest for o in group)
             cells.append(f"{ok:.0%}" + (f" ({false} false)" if false else ""))
         lines.append(f"| {label(fault)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _fault_strategy_table(groups: Mapping[str, Mapping[str, list[Outcome]]]) -> list[str]:
+    """Every figure per fault and strategy: one row for each pair."""
+    lines = [
+        (
+            "| fault | strategy | runs | goal holds | goal success (pass^1) | pass^4 "
+            "| false successes | duplicate effects | repeated unknown actions | tool calls |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for fault, runs in groups.items():
+        for strategy in STRATEGIES:
+            s = summarize(runs[strategy])
+            lines.append(
+                f"| `{fault}` | {strategy} | {s['runs']:.0f} | {s['goal']:.0%} "
+                f"| {s['success']:.0%} | {s['pass_k']:.0%} | {s['false']:.0f} "
+                f"| {_count(s['duplicates'])} | {s['repeated']:.0f} | {s['tool_calls']:.0f} |"
+            )
     return lines
 
 
@@ -86,31 +136,47 @@ def _behind(groups: Mapping[str, Mapping[str, list[Outcome]]]) -> dict[str, str]
     """The faults on which a baseline reaches the goal more often than pev, with the rates."""
     behind = {}
     for fault, runs in groups.items():
-        rate = {s: statistics.fmean(o.reported and o.honest for o in runs[s]) for s in STRATEGIES}
+        rate = {s: statistics.fmean(map(_passed, runs[s])) for s in STRATEGIES}
         leader = max(STRATEGIES[1:], key=rate.__getitem__)
         if rate[leader] > rate["pev"]:
             behind[fault] = f"`{fault}` ({leader} {rate[leader]:.0%}, pev {rate['pev']:.0%})"
     return behind
 
 
-def _targets(stats: Mapping[str, Mapping[str, float]]) -> list[tuple[bool, str]]:
-    """pev's targets on one table, in `TARGETS`' order: met?, and the figures behind it."""
+def _trailing(behind: Mapping[str, str], kind: str, *why: str) -> list[str]:
+    """The paragraph naming where pev's goal success trails a baseline, if it does anywhere."""
+    if not behind:
+        return []
+    where = f"Where pev's goal success trails a baseline on the {kind} tasks: "
+    return ["", " ".join([where + ", ".join(behind.values()) + ".", *why])]
+
+
+def _targets(stats: Mapping[str, Mapping[str, float]]) -> list[tuple[bool | None, str]]:
+    """pev's targets on one table, in `TARGETS`' order: met? (None: not counted), and figures."""
     best = max(stats[s]["success"] for s in STRATEGIES if s != "pev")
     p, blind = stats["pev"], stats["blind retry"]
     saving = 1 - p["tool_calls"] / blind["tool_calls"]
+    gap = p["success"] - p["pass_k"]
+    duplicates = None if math.isnan(p["duplicates"]) else p["duplicates"] == 0
     return [
         (p["false"] == 0, f"{p['false']:.0f}"),
+        (duplicates, _count(p["duplicates"])),
         (p["repeated"] == 0, f"{p['repeated']:.0f}"),
         (p["success"] >= best, f"pev {p['success']:.1%}, best baseline {best:.1%}"),
+        (saving > 0, f"{p['tool_calls']:.0f} against {blind['tool_calls']:.0f}"),
         (saving >= 0.40, f"{saving:.0%} fewer"),
+        (gap <= 0.03, f"pass^1 {p['success']:.1%}, pass^4 {p['pass_k']:.1%}"),
     ]
 
 
 TARGETS = (
     "zero false successes",
+    "zero duplicate effects",
     "zero repeated unknown actions",
-    "goal success ≥ best baseline",
+    "goal success (pass^1) ≥ every baseline's",
+    "fewer tool calls than blind retry",
     "≥ 40% fewer tool calls than blind retry",
+    "pass^4 within 3 points of pass^1",
 )
 
 
@@ -141,102 +207,139 @@ _SIM_MISSED = {
 }
 
 
-def report(outcomes: Outcomes, sim: Outcomes, elapsed: float, sim_elapsed: float) -> str:
-    stats = {s: summarize(o) for s, o in outcomes.items()}
-    with_sim = any(sim.values())
-    n_sim = len(sim_tasks()) if with_sim else 0
+def _tasks(outcomes: Outcomes) -> int:
+    return len({o.task for o in outcomes["pev"]})
+
+
+def _verdict(ok: bool | None) -> str:
+    return "not counted" if ok is None else met(ok)
+
+
+def _effects_part(runs: Suite) -> list[str]:
+    stats = {s: summarize(o) for s, o in runs.effects.items()}
+    groups = _by_fault(runs.effects, EFFECT_FAULTS, lambda task: task.fault)
+    compensation = (
+        "given to pev (its tools take `compensate=`)"
+        if COMPENSATION
+        else "not given: this pev's tools take no `compensate=` yet"
+    )
     lines = [
         (
-            f"{machine_line()}; {len(tasks()) + n_sim} tasks ({len(tasks())} software, "
-            f"{n_sim} simulator) x {len(SEEDS)} seeds under each of the {len(STRATEGIES)} "
-            f"strategies, {elapsed:.0f} s in all"
-            + (f" ({sim_elapsed:.0f} s of it the simulator's)" if with_sim else "")
-            + ". Command: `make bench` (`python bench/bench_faults.py --write docs/benchmarks.md`)."
+            f"Effect tasks ({_tasks(runs.effects)} x {len(SEEDS)} seeds = "
+            f"{stats['pev']['runs']:.0f} runs per strategy): multi-step tasks with several "
+            "downstream actions (travel, messaging, trading, files), judged from the services' "
+            "own append-only logs. The undoable actions' `compensate` was "
+            f"{compensation}."
+        ),
+        "",
+        *_strategy_table(stats),
+        "",
+        "By fault and strategy (effect tasks):",
+        "",
+        *_fault_strategy_table(groups),
+    ]
+    return lines + _trailing(_behind(groups), "effect")
+
+
+def _sim_part(runs: Suite) -> tuple[list[str], dict[str, dict[str, list[Outcome]]]]:
+    sim_stats = {s: summarize(o) for s, o in runs.sim.items()}
+    sim_groups = _by_fault(runs.sim, SIM_FAULTS, lambda task: task.input)
+    documented = [o.documented_path for o in runs.sim["pev"]]
+    n_sim = _tasks(runs.sim)
+    lines = [
+        "",
+        (
+            f"Simulator tasks ({n_sim} x {len(SEEDS)} seeds = "
+            f"{sim_stats['pev']['runs']:.0f} runs per strategy; `pev.sim`'s demo faults, "
+            "each standing for a fault kind above). Every strategy drives the demo's own "
+            "components, built as `run_demo` builds them in a fresh pybullet world with the "
+            "same fault injected on the same seed: pev through `pev.run` as `run_demo` runs "
+            "it, the baselines through the loops above, which capture the scene observer's "
+            "evidence before and after each round for the perception verifier. Ground truth "
+            "is the physics engine's: a run's goal holds iff, once the world is at rest, "
+            "pybullet puts all three cubes in the tray. Its honest status is success iff the "
+            "goal holds, the verifier could establish it (not on `camera`, whose verifier "
+            "raises) and no move was left with its outcome unknown (an arm controller that "
+            "did not answer within its step budget, its move never settled by a later call "
+            "with the same args that succeeded). The arm keeps no log of intended moves (a "
+            "move made again after a cube fell is meant), so no duplicate effects are counted "
+            "here. pev took its fault's documented path "
+            f"(`FAULT_PATHS`) in {sum(d is True for d in documented)} of {len(documented)} "
+            "runs."
+        ),
+        "",
+        *_strategy_table(sim_stats),
+        "",
+        "Goal success by demo fault (simulator tasks):",
+        "",
+        *_fault_table(sim_groups, lambda fault: f"`{fault}` (as {SIM_FAULTS[fault]})"),
+    ]
+    return lines, sim_groups
+
+
+def report(runs: Suite) -> str:
+    stats = {s: summarize(o) for s, o in runs.software.items()}
+    with_sim = any(runs.sim.values())
+    n_software, n_effects = _tasks(runs.software), _tasks(runs.effects)
+    n_sim = _tasks(runs.sim) if with_sim else 0
+    seconds = ", ".join(f"{kind} {s:.0f} s" for kind, s in runs.seconds.items())
+    lines = [
+        (
+            f"{machine_line()}; {n_software + n_effects + n_sim} tasks ({n_software} software, "
+            f"{n_effects} effect, {n_sim} simulator) x {len(SEEDS)} seeds under each of the "
+            f"{len(STRATEGIES)} strategies, {sum(runs.seconds.values()):.0f} s in all "
+            f"({seconds}). Command: {runs.command}."
         ),
         "",
         (
-            f"Software tasks ({len(tasks())} x {len(SEEDS)} seeds = "
+            f"Software tasks ({n_software} x {len(SEEDS)} seeds = "
             f"{stats['pev']['runs']:.0f} runs per strategy):"
         ),
         "",
         *_strategy_table(stats),
         "",
-        "Goal success by fault kind (software tasks):",
+        "Goal success (pass^1) by fault kind (software tasks):",
         "",
     ]
-    software_groups = _by_fault(outcomes, FAULTS, lambda task: task.fault)
+    software_groups = _by_fault(runs.software, FAULTS, lambda task: task.fault)
     lines += _fault_table(software_groups, str)
-    sim_stats: dict[str, dict[str, float]] = {}
+    lines += ["", *_effects_part(runs)]
+    parts = {"software": runs.software, "effects": runs.effects}
     sim_groups: dict[str, dict[str, list[Outcome]]] = {}
     if with_sim:
-        sim_stats = {s: summarize(o) for s, o in sim.items()}
-        sim_groups = _by_fault(sim, SIM_FAULTS, lambda task: task.input)
-        documented = [o.documented_path for o in sim["pev"]]
-        lines += [
-            "",
-            (
-                f"Simulator tasks ({n_sim} x {len(SEEDS)} seeds = "
-                f"{sim_stats['pev']['runs']:.0f} runs per strategy; `pev.sim`'s demo faults, "
-                "each standing for a fault kind above). Every strategy drives the demo's own "
-                "components, built as `run_demo` builds them in a fresh pybullet world with the "
-                "same fault injected on the same seed: pev through `pev.run` as `run_demo` runs "
-                "it, the baselines through the loops above, which capture the scene observer's "
-                "evidence before and after each round for the perception verifier. Ground truth "
-                "is the physics engine's: a run's goal holds iff, once the world is at rest, "
-                "pybullet puts all three cubes in the tray. Its honest status is success iff the "
-                "goal holds, the verifier could establish it (not on `camera`, whose verifier "
-                "raises) and no move was left with its outcome unknown (an arm controller that "
-                "did not answer within its step budget, its move never settled by a later call "
-                "with the same args that succeeded). pev took its fault's documented path "
-                f"(`FAULT_PATHS`) in {sum(d is True for d in documented)} of {len(documented)} "
-                "runs."
-            ),
-            "",
-            *_strategy_table(sim_stats),
-            "",
-            "Goal success by demo fault (simulator tasks):",
-            "",
-            *_fault_table(sim_groups, lambda fault: f"`{fault}` (as {SIM_FAULTS[fault]})"),
-        ]
-    tables = [("software", stats)]
-    if with_sim:
-        every = {s: summarize(outcomes[s] + sim[s]) for s in STRATEGIES}
-        tables = [("all tasks", every), *tables, ("simulator", sim_stats)]
-        lines += [
-            "",
-            (
-                f"All {len(tasks()) + n_sim} tasks together ({every['pev']['runs']:.0f} runs per "
-                "strategy):"
-            ),
-            "",
-            *_strategy_table(every),
-        ]
-    checked = [(name, _targets(s)) for name, s in tables]
+        sim_lines, sim_groups = _sim_part(runs)
+        lines += sim_lines
+        parts["simulator"] = runs.sim
+    every = {s: summarize([o for part in parts.values() for o in part[s]]) for s in STRATEGIES}
     lines += [
         "",
         (
-            "Targets for pev, on all the tasks together (the suite), and on the software and "
-            "the simulator tasks each on their own:"
-            if with_sim
-            else "Targets for pev (software tasks):"
+            f"All {n_software + n_effects + n_sim} tasks together ({every['pev']['runs']:.0f} "
+            "runs per strategy):"
+        ),
+        "",
+        *_strategy_table(every),
+    ]
+    tables = {"all tasks": every} | {
+        name: {s: summarize(o) for s, o in part.items()} for name, part in parts.items()
+    }
+    checked = [(name, _targets(s)) for name, s in tables.items()]
+    lines += [
+        "",
+        (
+            "Targets for pev, on all the tasks together (the suite), and on each kind of task "
+            "on its own:"
         ),
         "",
     ]
     for index, target in enumerate(TARGETS):
         verdicts = [
-            f"{name} {met(ok)} ({figures})"
+            f"{name} {_verdict(ok)} ({figures})"
             for name, results in checked
             for ok, figures in [results[index]]
         ]
         lines.append(f"* {target}: " + "; ".join(verdicts))
-    behind = _behind(software_groups)
-    if behind:
-        lines += [
-            "",
-            "Where pev's goal success trails a baseline on the software tasks: "
-            + ", ".join(behind.values())
-            + ".",
-        ]
+    lines += _trailing(_behind(software_groups), "software")
     lines += [
         "",
         (
@@ -249,18 +352,12 @@ def report(outcomes: Outcomes, sim: Outcomes, elapsed: float, sim_elapsed: float
         ),
     ]
     sim_behind = _behind(sim_groups)
-    if sim_behind:
-        lines += [
-            "",
-            "Where pev's goal success trails a baseline on the simulator tasks: "
-            + ", ".join(sim_behind.values())
-            + ". "
-            + " ".join(_SIM_TRAILS[f] for f in sim_behind if f in _SIM_TRAILS),
-        ]
+    why = [_SIM_TRAILS[fault] for fault in sim_behind if fault in _SIM_TRAILS]
+    lines += _trailing(sim_behind, "simulator", *why)
     missed = Counter(
         (o.strategy, o.task.input)
         for s in STRATEGIES
-        for o in sim[s]
+        for o in runs.sim[s]
         if o.honest and not o.reported
     )
     if missed:

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pev
-from _fault_world import BASELINES, Setup, Task, World
+from _fault_baselines import BASELINES
+from _fault_world import Setup, Task, World
 from pev.engine import PlanRequest
 from pev.model import DeviceFailure, VerifierFailure
 
@@ -30,7 +31,7 @@ def _count_sim(tool: pev.engine.Tool[..., Any], world: World) -> pev.engine.Tool
 
     The arm measures a hang in simulation steps and returns it as a `DeviceFailure` whose
     outcome is unknown; a later call of the same action with the same args that succeeds
-    settles it (as `bench_faults._wrap` does for the software tools).
+    settles it (as `_fault_tools.world_tool` does for the software tools).
     """
     original = tool.fn
     action = tool.effect is pev.Effect.ACTION
@@ -83,6 +84,7 @@ def build_sim(task: Task, seed: int) -> Iterator[SimSetup]:
             input={"goal": sim.GOAL, "seed": seed},
             goal_holds=lambda _: _cubes_in_tray(physics),
             trusted_verifier=task.input != sim.Fault.CAMERA,
+            logged=False,
             observer=sim.SceneObserver(physics, camera),
             demo_fault=task.input,
         )

@@ -1,36 +1,22 @@
-"""The fault suite's vocabulary and its baseline loops.
+"""The fault suite's vocabulary: what a run acts on, what it runs, and how it is judged.
 
-What a run acts on (its `World`, its `Task`, the `Setup` of its components), how it is judged
-(`Outcome`), the tasks themselves, and the three baselines that `bench_faults` measures pev
-against: blind retry, replan and no recovery, each a hand-written loop of `one_pass`.
+What a run acts on (its `World`, with each service's append-only log of the calls it received),
+its `Task`, the `Setup` of its components and the `Crash` it may suffer, how it is judged
+(`Outcome`, `duplicate_effects`), and the tasks themselves. The baselines are in
+`_fault_baselines`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-import tenacity
-
 import pev
-from pev.engine import ObserveContext, PlanRequest, VerifyRequest
-from pev.ledger import RevisionKind
-from pev.model import (
-    DeviceFailure,
-    Evidence,
-    EvidenceId,
-    EvidencePhase,
-    ExecutionRecord,
-    RecordId,
-    RecordStatus,
-    Success,
-    TaskId,
-    VerifierFailure,
-    canonical_json,
-)
+from pev.engine import PlanRequest, VerifyRequest
+from pev.model import Evidence, canonical_json
 
 SEEDS = (0, 1, 2, 3)
 TASKS_PER_PAIR = 6
@@ -43,6 +29,17 @@ FAULTS = (
     "malformed_verdict",
     "wrong_step",
     "wrong_arg",
+)
+# The effect tasks' faults (`_fault_effects`): the ways pev once sent an action twice, left a
+# wrong one in the world, or gave up on a query, each on multi-step tasks with several actions.
+EFFECT_FAULTS = (
+    "none",
+    "reconciled_timeout",
+    "local_redo",
+    "compensation",
+    "killed_query",
+    "big_int",
+    "detail_replan",
 )
 STRATEGIES = ("pev", "blind retry", "replan", "no recovery")
 # The simulator's demo faults, by the kind of fault above they stand for.
@@ -60,17 +57,69 @@ SIM_FAULTS = {
 # The world one run writes into, the task it runs and the components it runs with
 
 
+def call_key(tool: str, args: Mapping[str, Any]) -> str:
+    """One call's identity: its tool and its canonical args."""
+    return f"{tool}:{canonical_json(dict(args))}"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One entry of a service's append-only log: a call it received, or its undoing of one.
+
+    ``key`` is the idempotency key the call carried (``None`` from a caller that has none); a
+    call that failed before it changed anything did not take effect. An undo names the entry
+    it undid by its index in the same log.
+    """
+
+    call: str  # call_key(tool, args)
+    key: str | None
+    took_effect: bool = True
+    result: Any = None
+    undoes: int | None = None
+
+
+def duplicate_effects(
+    logs: Mapping[str, Sequence[Sent]], intended: Mapping[str, int] | None = None
+) -> int:
+    """Sends of an action whose intended effect had already taken effect, from the logs alone.
+
+    A call is intended ``intended[call]`` times (once unless said otherwise: a task that sends
+    the same reminder twice intends two). Reading each service's log in order, a send is a
+    duplicate when the effects of that same call standing before it (taken, not undone) already
+    number what was intended, whether or not the duplicate itself took effect.
+    """
+    intended = intended or {}
+    duplicates = 0
+    for log in logs.values():
+        standing: Counter[str] = Counter()
+        for entry in log:
+            if entry.undoes is not None:
+                standing[log[entry.undoes].call] -= 1
+                continue
+            if standing[entry.call] >= intended.get(entry.call, 1):
+                duplicates += 1
+            if entry.took_effect:
+                standing[entry.call] += 1
+    return duplicates
+
+
 @dataclass
 class World:
-    """What one run did: its side effects, tool calls and planner calls."""
+    """What one run did: its side effects, tool calls and planner calls.
+
+    Each action's service keeps an append-only log of the calls it received (`logs`, by tool),
+    the ground truth for duplicate effects and for the effect tasks' goals.
+    """
 
     effects: list[Any] = field(default_factory=list)
+    logs: dict[str, list[Sent]] = field(default_factory=dict)
     tool_calls: int = 0
     planner_calls: int = 0
     repeated_unknown: int = 0
     ever_unknown: set[str] = field(default_factory=set)
     unresolved: set[str] = field(default_factory=set)
     hung: set[str] = field(default_factory=set)
+    calls_of: Counter[str] = field(default_factory=Counter)
     # What each pev call of an action did, by the idempotency key pev handed it: the lookup a
     # payment or publishing API with idempotency keys offers, which the tools' reconcile uses.
     by_key: dict[str, tuple[str, Any]] = field(default_factory=dict)
@@ -78,7 +127,8 @@ class World:
     def called(self, tool: pev.engine.Tool[..., Any], kwargs: Mapping[str, Any]) -> str:
         """Count a call, and an action sent again after its outcome was unknown; the call's key."""
         self.tool_calls += 1
-        key = f"{tool.name}:{canonical_json(dict(kwargs))}"
+        self.calls_of[tool.name] += 1
+        key = call_key(tool.name, kwargs)
         if tool.effect is pev.Effect.ACTION and key in self.ever_unknown:
             self.repeated_unknown += 1
         return key
@@ -88,13 +138,66 @@ class World:
         self.ever_unknown.add(key)
         self.unresolved.add(key)
 
+    def log(self, tool: str, entry: Sent) -> None:
+        """Append to `tool`'s service log."""
+        self.logs.setdefault(tool, []).append(entry)
+
+    def standing(self, tool: str) -> list[tuple[int, Sent]]:
+        """The calls of `tool` whose effect stands: taken and not undone, with their index."""
+        log = self.logs.get(tool, [])
+        undone = {entry.undoes for entry in log if entry.undoes is not None}
+        return [
+            (index, entry)
+            for index, entry in enumerate(log)
+            if entry.took_effect and entry.undoes is None and index not in undone
+        ]
+
+    def undo(self, tool: str, *, key: str | None, call: str) -> None:
+        """Undo one standing effect of `tool`: the one sent with `key`, else the last of `call`.
+
+        Raises:
+            LookupError: No such effect stands (never taken, or undone already).
+        """
+        standing = self.standing(tool)
+        found = [i for i, entry in standing if key is not None and entry.key == key]
+        found = found or [i for i, entry in standing if entry.call == call]
+        if not found:
+            raise LookupError(f"{tool}: no standing effect to undo for {call}")
+        self.log(tool, Sent(call, key, undoes=found[-1]))
+
 
 @dataclass(frozen=True)
 class Task:
-    domain: str  # weather | claims | sim
+    domain: str  # weather | claims | sim | travel | messaging | trading | files
     input: str
     fault: str
     index: int
+
+
+class ProcessKilled(BaseException):
+    """The process driving a run was killed (a SIGKILL, in effect) at this point."""
+
+
+@dataclass
+class Crash:
+    """A kill of the process driving a run, during the first call of one query tool.
+
+    By default the kill is an exception no loop catches (`ProcessKilled`): a baseline's process
+    dies and the next one starts its job again from the top. pev's runner sets `on_death`
+    instead, which copies the ledger as the kill leaves it; the call then never returns, and the
+    runner abandons that drive and resumes the task from the copy.
+    """
+
+    tool: str
+    fired: bool = False
+    on_death: Callable[[], None] | None = None
+
+    async def die(self) -> None:
+        self.fired = True
+        if self.on_death is None:
+            raise ProcessKilled(self.tool)
+        self.on_death()
+        await asyncio.Event().wait()  # the process is gone: nothing after this happens
 
 
 @dataclass
@@ -112,6 +215,12 @@ class Setup:
     # The simulator's runs capture evidence before and after each round, as the engine does.
     observer: Any = None
     evidence: list[Evidence] = field(default_factory=list)
+    # How many times the task means each call (call_key) to take effect; once if not named.
+    intended: Mapping[str, int] = field(default_factory=dict)
+    # Whether the services' logs tell what each action did (not so for the simulator's arm).
+    logged: bool = True
+    # The kill of the driving process that the run suffers, if any (`killed_query`).
+    crash: Crash | None = None
 
 
 @dataclass(frozen=True)
@@ -126,16 +235,47 @@ class Outcome:
     repeated_unknown: int
     planner_calls: int
     documented_path: bool | None = None  # pev's simulator runs: took its fault's documented path
+    duplicate_effects: int | None = None  # None where the services keep no log (the simulator)
 
 
-def tasks() -> list[Task]:
-    inputs = [("weather", city) for city in ("Lisbon", "Oslo", "Nairobi")]
-    inputs += [("claims", claim) for claim in ("CLM-1042", "CLM-2001")]
+def tasks(*, quick: bool = False) -> list[Task]:
+    """The software tasks over the examples; a quick run takes one per (example, fault)."""
+    cities, claims = ("Lisbon", "Oslo", "Nairobi"), ("CLM-1042", "CLM-2001")
+    inputs = [("weather", city) for city in cities[: 1 if quick else None]]
+    inputs += [("claims", claim) for claim in claims[: 1 if quick else None]]
     return [
         Task(domain, value, fault, index)
         for domain, value in inputs
         for fault in FAULTS
-        for index in range(TASKS_PER_PAIR)
+        for index in range(1 if quick else TASKS_PER_PAIR)
+    ]
+
+
+# The effect tasks: each fault on the domains it is built on, two inputs per domain.
+EFFECT_DOMAINS = {
+    "none": ("travel", "messaging", "trading", "files"),
+    "reconciled_timeout": ("travel", "trading"),
+    "local_redo": ("messaging", "files"),
+    "compensation": ("trading", "files"),
+    "killed_query": ("trading", "messaging"),
+    "big_int": ("travel", "trading"),
+    "detail_replan": ("travel", "messaging"),
+}
+EFFECT_INPUTS = {
+    "travel": ("rossi", "okafor"),
+    "messaging": ("release", "outage"),
+    "trading": ("acme", "globex"),
+    "files": ("q3", "audit"),
+}
+
+
+def effect_tasks(*, quick: bool = False) -> list[Task]:
+    """The effect tasks; a quick run takes the first input of each domain only."""
+    return [
+        Task(domain, value, fault, 0)
+        for fault in EFFECT_FAULTS
+        for domain in EFFECT_DOMAINS[fault]
+        for value in EFFECT_INPUTS[domain][: 1 if quick else None]
     ]
 
 
@@ -144,194 +284,3 @@ def sim_tasks() -> list[Task]:
 
 
 Outcomes = dict[str, list[Outcome]]  # strategy -> its runs
-
-
-# --------------------------------------------------------------------------------------------
-# The baselines: hand-written loops of execute + verify
-
-
-class RoundFailedError(Exception):
-    """One pass of a baseline loop did not end in a passing verdict."""
-
-
-def _resolve(value: Any, outputs: Mapping[str, Any]) -> Any:
-    if isinstance(value, Mapping) and set(value) == {"$ref"}:
-        node, *path = str(value["$ref"]).split(".")
-        found = outputs[node]
-        for part in path:
-            found = found[part]
-        return found
-    if isinstance(value, Mapping):
-        return {k: _resolve(v, outputs) for k, v in value.items()}
-    return value
-
-
-def _in_order(plan: pev.Plan) -> list[pev.PlanNode]:
-    """The plan's nodes in dependency order, in the plan's own order among those ready."""
-    done: set[str] = set()
-    pending = list(plan.nodes)
-    ordered: list[pev.PlanNode] = []
-    while pending:
-        node = next((n for n in pending if set(n.after) <= done), None)
-        if node is None:
-            raise ValueError(f"the plan's dependencies form a cycle: {[n.id for n in pending]}")
-        pending.remove(node)
-        done.add(node.id)
-        ordered.append(node)
-    return ordered
-
-
-async def _observe(
-    setup: Setup, phase: EvidencePhase, plan: pev.Plan, attempt: int, results: Mapping[str, Any]
-) -> None:
-    """Capture evidence as the engine does, before a round and after it (if the run observes)."""
-    if setup.observer is None:
-        return
-    context = ObserveContext(
-        task_id=TaskId("baseline"), revision=attempt, plan=plan, results=dict(results)
-    )
-    now = datetime.now(UTC)
-    for item in await setup.observer.observe(phase, context):
-        setup.evidence.append(
-            Evidence(
-                id=EvidenceId(f"{attempt}-{phase}-{len(setup.evidence) + 1}"),
-                phase=phase,
-                kind=item.kind,
-                source=item.source,
-                captured_at=now,
-                revision=attempt,
-                payload=item.payload,
-                artifact=item.artifact,
-                media_type=item.media_type,
-            )
-        )
-
-
-async def one_pass(setup: Setup, plan: pev.Plan, attempt: int) -> None:
-    """Run the plan's tools in order, then the verifier; `RoundFailedError` unless it passes.
-
-    The order is the plan's dependency order; a run with an observer captures evidence before
-    and after the tools, as the engine does, and hands it to the verifier.
-    """
-    tools = {t.name: t for t in setup.tools}
-    outputs: dict[str, Any] = {}
-    results: dict[str, Any] = {}
-    records: list[ExecutionRecord] = []
-    now = datetime.now(UTC)
-    await _observe(setup, EvidencePhase.BEFORE, plan, attempt, results)
-    for node in _in_order(plan):
-        tool = tools[str(node.tool)]
-        args = _resolve(dict(node.args), outputs)
-        try:
-            value = await asyncio.wait_for(tool.fn(**args), tool.timeout_s)
-        except TimeoutError as exc:
-            raise RoundFailedError(f"{node.id}: timed out") from exc
-        except Exception as exc:
-            raise RoundFailedError(f"{node.id}: {exc}") from exc
-        # The simulator's tools return their failures: a controller that does not answer within
-        # its step budget is a DeviceFailure whose outcome is unknown (the arm's own timeout).
-        if isinstance(value, DeviceFailure):
-            raise RoundFailedError(f"{node.id}: {value.error}")
-        if isinstance(value, VerifierFailure):
-            raise RoundFailedError(f"{node.id}: {value.reason}")
-        if isinstance(value, Success):
-            value = value.value
-        outputs[node.id] = value
-        results[node.id] = Success(value)
-        records.append(
-            ExecutionRecord(
-                id=RecordId(f"{attempt}-{node.id}"),
-                task_id=TaskId("baseline"),
-                revision=attempt,
-                node_id=node.id,
-                tool=tool.name,
-                args_digest="",
-                effect=tool.effect,
-                idempotency_key=f"{attempt}-{node.id}",
-                status=RecordStatus.SUCCEEDED,
-                created_at=now,
-                updated_at=now,
-            )
-        )
-    await _observe(setup, EvidencePhase.AFTER, plan, attempt, results)
-    request = VerifyRequest(
-        task_id=TaskId("baseline"),
-        input=setup.input,
-        contract=setup.contract,
-        plan=plan,
-        revision=attempt,
-        results=results,
-        records=tuple(records),
-        evidence=tuple(setup.evidence),
-    )
-    try:
-        verdict = await setup.verifier(request)
-    except Exception as exc:
-        raise RoundFailedError(f"verifier: {exc}") from exc
-    status = verdict.get("status") if isinstance(verdict, dict) else str(verdict.status)
-    if status != "success":
-        raise RoundFailedError(getattr(verdict, "feedback", "") or f"verdict: {status}")
-
-
-def _initial(setup: Setup) -> PlanRequest:
-    return PlanRequest(
-        kind=RevisionKind.INITIAL,
-        attempt=1,
-        task_id=TaskId("baseline"),
-        input=setup.input,
-        contract=setup.contract,
-    )
-
-
-async def run_blind_retry(setup: Setup) -> bool:
-    plan = await setup.planner(_initial(setup))
-    attempts = iter(range(1, ROUNDS + 1))
-    retrying = tenacity.AsyncRetrying(
-        stop=tenacity.stop_after_attempt(ROUNDS),
-        retry=tenacity.retry_if_exception_type(RoundFailedError),
-        reraise=True,
-    )
-    try:
-        async for attempt in retrying:
-            with attempt:
-                await one_pass(setup, plan, next(attempts))
-    except RoundFailedError:
-        return False
-    return True
-
-
-async def run_replan(setup: Setup) -> bool:
-    request = _initial(setup)
-    for attempt in range(1, ROUNDS + 1):
-        plan = await setup.planner(request)
-        try:
-            await one_pass(setup, plan, attempt)
-        except RoundFailedError as exc:
-            request = PlanRequest(
-                kind=RevisionKind.GLOBAL,
-                attempt=attempt + 1,
-                task_id=TaskId("baseline"),
-                input=setup.input,
-                contract=setup.contract,
-                previous_plan=plan,
-                feedback=str(exc),
-            )
-        else:
-            return True
-    return False
-
-
-async def run_no_recovery(setup: Setup) -> bool:
-    try:
-        await one_pass(setup, await setup.planner(_initial(setup)), 1)
-    except RoundFailedError:
-        return False
-    return True
-
-
-# The baselines by name; pev's runner for software and for simulator tasks goes in front.
-BASELINES = {
-    "blind retry": run_blind_retry,
-    "replan": run_replan,
-    "no recovery": run_no_recovery,
-}

@@ -1,19 +1,22 @@
 """Fault suite: pev's recovery mode against three baselines, on generated tasks with faults.
 
-Run with `make bench` (or `python bench/bench_faults.py [--write docs/benchmarks.md]`).
+Run with `make bench` (or `python bench/bench_faults.py [--quick] [--no-sim] [--write
+docs/benchmarks.md]`; `--quick` runs a few tasks of each kind, to check that the bench works).
 
-Tasks. 210 software tasks over the two examples (`examples/weather`: three cities;
+Three kinds of task, each run on 4 seeds under each of the four strategies; a seed places the
+fault (which tool crashes, which misspelling, which action hangs, where the kill falls, ...).
+
+Software tasks. 210 tasks over the two examples (`examples/weather`: three cities;
 `examples/claims`: claim CLM-1042, and CLM-2001 whose peril the policy does not cover, so its
-goal is unreachable), seven fault kinds each, six tasks per (input, fault) pair, plus 6 simulator
-tasks (`pev.sim`'s demo, one per demo fault; see below). Every task runs on 4 seeds under each
-of the four strategies; a seed places the fault (which tool crashes, which misspelling, ...). The
-examples' tools, contract and verifier are reused as they are, loaded by path; faults are
-injected by wrapping them:
+goal is unreachable), seven fault kinds each, six tasks per (input, fault) pair. The examples'
+tools, contract and verifier are reused as they are, loaded by path; faults are injected by
+wrapping them:
 
 * `none`: nothing goes wrong;
 * `tool_crash`: one tool of the plan (the seed picks it) raises on every call: the tool is broken;
 * `timeout_unknown`: the action tool (`publish`, `issue_payment`) takes effect, then hangs past
-  its 0.05 s timeout on its first call: its outcome is unknown to the caller;
+  its 0.25 s timeout on its first call: its outcome is unknown to the caller (the other tools'
+  timeout is 1 s, `_fault_tools`);
 * `verifier_raises`: the verifier raises on every call;
 * `malformed_verdict`: the verifier returns `{"status": "success"}`, a dict without criteria;
 * `wrong_step`: the planner's first plan calls a decoy tool (`forecast_today`,
@@ -23,18 +26,32 @@ injected by wrapping them:
 
 Ground truth comes from a small world each run writes into: the bulletins published and the
 payments issued. The weather goal holds when the last bulletin published is the right one; the
-claims goal when exactly one payment of what the policy allows was issued. The *honest* status of
-a run is success iff its goal holds, the verifier is one that can establish it (not
-`verifier_raises` or `malformed_verdict`), and no action's outcome was left unknown. A run is
-truthful when it reports success iff its honest status is success; a false success is a run
-that reports success when its honest status is not.
+claims goal when exactly one payment of what the policy allows was issued.
+
+Effect tasks (`_fault_effects`). 32 multi-step tasks with several downstream actions, in four
+domains (travel, messaging, trading, files), on the failures that once made pev send an action
+twice, leave a wrong one in the world, or give up on a query: an action that times out after
+taking effect and that `reconcile` settles as done; a local replan that redoes a blamed query
+and the actions downstream of it; an action sent with a wrong argument, which takes effect and
+must be undone (compensated); the driving process killed during a query (pev resumes from its
+SQLite ledger; a baseline starts again from the top); a 64-bit integer from a tool; a global
+replan after a verdict that blames no node; and no fault. Ground truth is the services'
+append-only logs: the goal holds when the undoable effects standing are exactly the right
+plan's and its messages were delivered.
+
+The *honest* status of a run is success iff its goal holds, the verifier is one that can
+establish it (not `verifier_raises` or `malformed_verdict`), and no action's outcome was left
+unknown. A false success is a run that reports success when its honest status is not. A
+*duplicate effect* is a call an action's service received after the same intended call (same
+tool and args; a task that means to send a call twice intends two) had already taken effect,
+counted from the services' own logs, never from pev's ledger (`duplicate_effects`).
 
 Strategies, each with at most 3 rounds of execute + verify:
 
 * `pev`: `pev.run` in recovery mode, `RecoveryPolicy(max_replans=2)`; the action tools carry a
   `reconcile` that looks up what a call did by the idempotency key pev handed it (what a payment
-  or publishing API with idempotency keys offers), which pev asks about a call whose outcome is
-  unknown; the baselines call the functions directly and have no records to reconcile;
+  or booking API with idempotency keys offers), and, where pev takes it, a `compensate` that
+  undoes one effect; the baselines call the functions directly and have neither;
 * `blind retry`: a hand-written loop runs the plan's tools in order, then the verifier; any
   exception, failed node or failed verdict retries the whole plan, with `tenacity`
   (`stop_after_attempt(3)`); the plan is asked for once;
@@ -58,64 +75,83 @@ software tasks, which run the nodes in dependency order and capture the observer
 before and after each round, as the engine does, for the verifier. Ground truth comes from the
 physics world: the goal holds iff pybullet puts every cube in the tray once the world has come to
 rest; the honest status is then as above (the `camera` fault's verifier cannot establish it).
+The arm keeps no log of intended moves (a move made again after a cube fell is meant), so the
+simulator counts no duplicate effects.
 
 The helper modules: `_fault_world` (the tasks, what a run acts on, the baseline loops),
+`_fault_tools` (tools acting on a run's world), `_fault_effects` (the effect tasks),
 `_fault_sim` (the simulator tasks) and `_fault_report` (the report).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import functools
+import contextlib
 import importlib.util
 import random
+import sqlite3
 import sys
+import tempfile
 import time
-from dataclasses import replace
+from collections.abc import Coroutine
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pev
-from _fault_report import TARGETS, report
+from _fault_baselines import BASELINES
+from _fault_effects import build_effects
+from _fault_report import TARGETS, Suite, report
 from _fault_sim import SIM_RUNNERS, build_sim
+from _fault_tools import Arms, Service, world_tool
 from _fault_world import (
-    BASELINES,
+    EFFECT_FAULTS,
     FAULTS,
     ROUNDS,
     SEEDS,
     STRATEGIES,
     Outcome,
-    Outcomes,
+    Sent,
     Setup,
     Task,
     World,
+    duplicate_effects,
+    effect_tasks,
     sim_tasks,
     tasks,
 )
-from _report import write_section
+from _report import bench_parser, parse_bench_args, write_section
 from pev.engine import PlanRequest, VerifyRequest
-from pev.ledger import RevisionKind
-from pev.model import DeviceFailure, ExecutionRecord, NodeResult, Success, TaskId
+from pev.ledger import RevisionKind, utc_now
+from pev.model import TaskId
 
 # What the script offers its tests (tests/test_bench.py), some of it from the helper modules.
 __all__ = [
+    "EFFECT_FAULTS",
     "FAULTS",
+    "RUNNERS",
+    "SEEDS",
     "STRATEGIES",
     "TARGETS",
     "Outcome",
+    "Sent",
+    "Suite",
     "Task",
+    "build_effects",
+    "duplicate_effects",
+    "effect_tasks",
+    "judge",
     "main",
     "report",
+    "run_effects",
     "run_sim",
     "run_software",
     "sim_tasks",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMEOUT_S = 0.05
-HANG_S = 0.5
 
 
 def _load(name: str) -> ModuleType:
@@ -133,62 +169,14 @@ CLAIMS = _load("claims")
 
 
 # --------------------------------------------------------------------------------------------
-# The faulty components that write into the world one run writes into
+# The example tasks' components, faults armed, writing into the world one run writes into
 
 
 def _wrap(tool: pev.engine.Tool, world: World, *, crash: bool, hang: bool) -> pev.engine.Tool:
-    """The tool again, counting calls, recording actions' effects, with its fault armed.
-
-    An action records what each call did under the idempotency key pev hands it (the baselines
-    call the function directly and have none), and its ``reconcile`` looks that up: pev asks it
-    about a call whose outcome is unknown, and an answer makes the outcome known.
-    """
-    original = tool.fn
-    action = tool.effect is pev.Effect.ACTION
-
-    @functools.wraps(original)
-    async def call(**kwargs: Any) -> Any:
-        key = world.called(tool, kwargs)
-        try:
-            idempotency_key: str | None = pev.engine.current_node_context().idempotency_key
-        except LookupError:
-            idempotency_key = None
-        if action and idempotency_key is not None:
-            world.by_key[idempotency_key] = (key, None)
-        if crash:
-            if action:
-                world.left_unknown(key)
-            raise RuntimeError(f"{tool.name}: device error")
-        value = original(**kwargs)
-        if action:
-            world.effects.append(value)
-            if idempotency_key is not None:
-                world.by_key[idempotency_key] = (key, Success(value))
-        if hang and tool.name not in world.hung:
-            world.hung.add(tool.name)
-            world.left_unknown(key)
-            await asyncio.sleep(HANG_S)
-        world.unresolved.discard(key)
-        return value
-
-    def reconcile(record: ExecutionRecord) -> NodeResult | None:
-        found = world.by_key.get(record.idempotency_key)
-        if found is None:
-            return None  # pev never called it with this key: nothing to look up
-        key, result = found
-        world.unresolved.discard(key)  # the outcome is known now
-        if result is None:
-            return DeviceFailure(record.node_id, f"{tool.name}: no effect recorded for this call")
-        return result
-
-    return pev.tool(
-        call,
-        name=tool.name,
-        effect=tool.effect.value,
-        timeout_s=TIMEOUT_S,
-        description=tool.description,
-        reconcile=reconcile if action else None,
-    )
+    """An example's tool acting on the run's world (`_fault_tools.world_tool`), fault armed."""
+    service = Service(tool.fn, effect=tool.effect.value)
+    arms = Arms(crash=crash, hang=hang)
+    return world_tool(tool.name, service, world, arms, description=tool.description)
 
 
 @pev.tool(effect="query")
@@ -341,18 +329,95 @@ def build(task: Task, seed: int) -> Setup:
 # --------------------------------------------------------------------------------------------
 # The strategies
 
+POLICY = pev.RecoveryPolicy(max_replans=ROUNDS - 1)
+KILLED_TASK = "killed-task"
+# The resuming process's clock runs this far ahead, as when an operator resumes a minute after
+# the kill: past the dead driver's lease (30 s) and every tool's deadline.
+LATER = timedelta(seconds=60)
+
 
 async def run_pev(setup: Setup) -> bool:
+    if setup.crash is not None:
+        with tempfile.TemporaryDirectory(prefix="pev-bench-") as folder:
+            return await _killed_and_resumed(setup, Path(folder))
     result = await pev.run(
         setup.input,
         planner=setup.planner,
         tools=setup.tools,
         verifier=setup.verifier,
         contract=setup.contract,
-        policy=pev.RecoveryPolicy(max_replans=ROUNDS - 1),
+        policy=POLICY,
         store=pev.MemoryStore(),
     )
     return result.ok
+
+
+def _later() -> datetime:
+    return utc_now() + LATER
+
+
+async def _killed_and_resumed(setup: Setup, folder: Path) -> bool:
+    """`pev.run` on a SQLite ledger whose process is killed during a query, then `pev.resume`.
+
+    The kill is played in this process: at its moment the ledger file is copied (what a killed
+    process leaves on disk) and the drive is abandoned, its later writes going to the old file;
+    the next process resumes the task from the copy, a minute later.
+    """
+    assert setup.crash is not None
+    live, left = folder / "ledger.db", folder / "left.db"
+    died = asyncio.Event()
+
+    def on_death() -> None:
+        with (
+            contextlib.closing(sqlite3.connect(live)) as source,
+            contextlib.closing(sqlite3.connect(left)) as copy,
+        ):
+            source.backup(copy)
+        died.set()
+
+    setup.crash.on_death = on_death
+    parts: dict[str, Any] = {
+        "planner": setup.planner,
+        "tools": setup.tools,
+        "verifier": setup.verifier,
+    }
+    store = pev.SQLiteStore(live)
+    try:
+        run = pev.run(
+            setup.input,
+            **parts,
+            contract=setup.contract,
+            policy=POLICY,
+            store=store,
+            task_id=KILLED_TASK,
+        )
+        ended = await _until_killed(run, died)
+    finally:
+        await store.close()
+    if ended is not None:  # the kill never came: the run ended first
+        return ended.ok
+    resumed = pev.SQLiteStore(left)
+    try:
+        result = await pev.resume(KILLED_TASK, store=resumed, **parts, clock=_later)
+    finally:
+        await resumed.close()
+    return result.ok
+
+
+async def _until_killed(
+    run: Coroutine[Any, Any, pev.RunResult], died: asyncio.Event
+) -> pev.RunResult | None:
+    """The run's result, or None once its process is killed (the drive is then abandoned)."""
+    drive = asyncio.create_task(run)
+    death = asyncio.create_task(died.wait())
+    await asyncio.wait({drive, death}, return_when=asyncio.FIRST_COMPLETED)
+    death.cancel()
+    if not died.is_set():
+        return drive.result()
+    drive.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await drive
+    return None
 
 
 RUNNERS = {"pev": run_pev, **BASELINES}
@@ -362,10 +427,11 @@ RUNNERS = {"pev": run_pev, **BASELINES}
 # The suite
 
 
-def _judge(task: Task, seed: int, strategy: str, setup: Setup, reported: bool) -> Outcome:
+def judge(task: Task, seed: int, strategy: str, setup: Setup, reported: bool) -> Outcome:
     world = setup.world
     goal = setup.goal_holds(world)
     honest = goal and setup.trusted_verifier and not world.unresolved
+    duplicates = duplicate_effects(world.logs, setup.intended) if setup.logged else None
     return Outcome(
         task,
         seed,
@@ -376,51 +442,101 @@ def _judge(task: Task, seed: int, strategy: str, setup: Setup, reported: bool) -
         world.tool_calls,
         world.repeated_unknown,
         world.planner_calls,
+        duplicate_effects=duplicates,
     )
 
 
 async def run_software(task: Task, seed: int, strategy: str) -> Outcome:
     setup = build(task, seed)
-    return _judge(task, seed, strategy, setup, await RUNNERS[strategy](setup))
+    return judge(task, seed, strategy, setup, await RUNNERS[strategy](setup))
+
+
+async def run_effects(task: Task, seed: int, strategy: str) -> Outcome:
+    setup = build_effects(task, seed)
+    return judge(task, seed, strategy, setup, await RUNNERS[strategy](setup))
 
 
 async def run_sim(task: Task, seed: int, strategy: str) -> Outcome:
     with build_sim(task, seed) as setup:
         reported = await SIM_RUNNERS[strategy](setup)
-        outcome = _judge(task, seed, strategy, setup, reported)  # while the world is open
+        outcome = judge(task, seed, strategy, setup, reported)  # while the world is open
     return replace(outcome, documented_path=setup.documented_path)
 
 
-async def suite(with_sim: bool) -> tuple[Outcomes, Outcomes, float, float]:
-    """Every task on every seed under every strategy: software and simulator runs, timings."""
-    started = time.perf_counter()
-    outcomes: Outcomes = {s: [] for s in STRATEGIES}
-    for task in tasks():
+@dataclass
+class _Clock:
+    started: float = field(default_factory=time.perf_counter)
+
+    def lap(self) -> float:
+        now = time.perf_counter()
+        lap, self.started = now - self.started, now
+        return lap
+
+
+async def suite(*, quick: bool, with_sim: bool) -> Suite:
+    """Every task on every seed under every strategy: software, effect and simulator runs."""
+    runs = Suite(quick=quick)
+    clock = _Clock()
+    for task in tasks(quick=quick):
         for seed in SEEDS:
             for strategy in STRATEGIES:
-                outcomes[strategy].append(await run_software(task, seed, strategy))
-    sim_started = time.perf_counter()
-    sim: Outcomes = {s: [] for s in STRATEGIES}
+                runs.software[strategy].append(await run_software(task, seed, strategy))
+    runs.seconds["software"] = clock.lap()
+    for task in effect_tasks(quick=quick):
+        for seed in SEEDS:
+            for strategy in STRATEGIES:
+                runs.effects[strategy].append(await run_effects(task, seed, strategy))
+    runs.seconds["effects"] = clock.lap()
     if with_sim:
         for task in sim_tasks():
             for seed in SEEDS:
                 for strategy in STRATEGIES:
-                    sim[strategy].append(await run_sim(task, seed, strategy))
-    ended = time.perf_counter()
-    return outcomes, sim, ended - started, ended - sim_started
+                    runs.sim[strategy].append(await run_sim(task, seed, strategy))
+        runs.seconds["simulator"] = clock.lap()
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", type=Path, help="write the figures into this markdown file")
+    parser = bench_parser(__doc__, quick=True)
     parser.add_argument("--no-sim", action="store_true", help="skip the simulator tasks")
-    args = parser.parse_args(argv)
-    outcomes, sim, elapsed, sim_elapsed = asyncio.run(suite(not args.no_sim))
-    body = report(outcomes, sim, elapsed, sim_elapsed)
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 unless pev, on every run, reported no false success, sent no duplicate "
+        "effect and repeated no unknown action (what `make soak` checks)",
+    )
+    args = parse_bench_args(parser, argv)
+    runs = asyncio.run(suite(quick=args.quick, with_sim=not (args.no_sim or args.quick)))
+    body = report(runs)
     print(body)
     if args.write:
         write_section(args.write, "faults", body, heading="## Fault suite: recovery under faults")
+    if args.check:
+        broken = safety_problems(runs)
+        for problem in broken:
+            print(f"bench_faults: {problem}", file=sys.stderr)
+        return 1 if broken else 0
     return 0
+
+
+def safety_problems(runs: Suite) -> list[str]:
+    """What pev got wrong that it must never: false successes, duplicates, unknowns re-sent."""
+    problems = []
+    for kind, outcomes in (
+        ("software", runs.software),
+        ("effect", runs.effects),
+        ("simulator", runs.sim),
+    ):
+        for outcome in outcomes.get("pev", []):
+            task = outcome.task
+            what = f"pev, {kind} task {task.domain}/{task.input}/{task.fault}, seed {outcome.seed}"
+            if outcome.reported and not outcome.honest:
+                problems.append(f"{what}: a false success")
+            if outcome.duplicate_effects:
+                problems.append(f"{what}: {outcome.duplicate_effects} duplicate effects")
+            if outcome.repeated_unknown:
+                problems.append(f"{what}: {outcome.repeated_unknown} unknown actions re-sent")
+    return problems
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ PURE_PREFIXES = (
     "pev.kernel",
 )
 FOLD_MODULES = (
+    "pev.ledger._effects",
     "pev.ledger._events",
     "pev.ledger._phases",
     "pev.ledger._state",

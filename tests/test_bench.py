@@ -88,22 +88,119 @@ async def test_the_simulator_runs_under_a_baseline_and_is_judged_by_the_physics(
 
 @pytest.mark.usefixtures("bench")
 def test_the_fault_report_checks_the_targets_on_the_whole_suite() -> None:
-    """The report names each target, on all tasks and on each part."""
+    """The report names each target, on all tasks and on each kind of task."""
     faults = _module("bench_faults")
-    software_tasks = [faults.Task("weather", "Lisbon", fault, 0) for fault in faults.FAULTS]
-    sim_tasks = faults.sim_tasks()
-
-    def runs(tasks: list[object], strategy: str) -> list[object]:
-        calls = 1 if strategy == "pev" else 3
-        return [faults.Outcome(task, 0, strategy, True, True, True, calls, 0, 1) for task in tasks]
-
-    software = {s: runs(software_tasks, s) for s in faults.STRATEGIES}
-    sim = {s: runs(sim_tasks, s) for s in faults.STRATEGIES}
-    text = faults.report(software, sim, 1.0, 0.5)
-    assert "All 216 tasks together" in text
+    suite = faults.Suite()
+    kinds = [
+        (suite.software, [faults.Task("weather", "Lisbon", fault, 0) for fault in faults.FAULTS]),
+        (suite.effects, faults.effect_tasks(quick=True)),
+        (suite.sim, faults.sim_tasks()),
+    ]
+    for outcomes, tasks in kinds:
+        for strategy in faults.STRATEGIES:
+            calls = 1 if strategy == "pev" else 3
+            duplicates = None if outcomes is suite.sim else 0
+            outcomes[strategy] += [
+                faults.Outcome(
+                    task,
+                    seed,
+                    strategy,
+                    True,
+                    True,
+                    True,
+                    calls,
+                    0,
+                    1,
+                    duplicate_effects=duplicates,
+                )
+                for task in tasks
+                for seed in faults.SEEDS
+            ]
+    text = faults.report(suite)
+    assert "All 29 tasks together" in text
     for target in faults.TARGETS:
         assert f"* {target}: all tasks met" in text
+    assert "simulator not counted" in text  # the arm keeps no log to count duplicates from
     assert "**not met**" not in text
+
+
+@pytest.mark.usefixtures("bench")
+def test_duplicate_effects_are_counted_from_the_services_logs() -> None:
+    """A send counts when its intended effects already stand; undone and failed ones do not."""
+    faults = _module("bench_faults")
+    sent = faults.Sent
+    book, remind = "book:{}", "remind:{}"
+    logs = {
+        "book": [
+            sent(book, "k1"),
+            sent(book, "k1"),  # sent again after it took effect: a duplicate
+            sent(book, "k1", undoes=1),  # the duplicate undone ...
+            sent(book, "k1"),  # ... but the first still stands: a duplicate all the same
+            sent(book, "k1", undoes=0),
+            sent(book, "k1", undoes=3),  # nothing stands now ...
+            sent(book, "k2"),  # ... so this one is not a duplicate
+        ],
+        "remind": [
+            sent(remind, None, took_effect=False),  # failed before any effect
+            sent(remind, None),
+            sent(remind, None),  # the second of the two the task intends
+            sent(remind, None),  # a third: a duplicate
+        ],
+    }
+    assert faults.duplicate_effects(logs, {remind: 2}) == 3
+    assert faults.duplicate_effects(logs) == 4  # each call intended once: two reminders too many
+
+
+@pytest.mark.usefixtures("bench")
+@pytest.mark.parametrize("fault", ["local_redo", "detail_replan", "killed_query"])
+async def test_a_baseline_duplicates_effects_that_the_world_logs_show(fault: str) -> None:
+    """A blind retry re-sends actions that took effect; the count is the services' logs'."""
+    faults = _module("bench_faults")
+    task = faults.Task("messaging", "release", fault, 0)
+    setup = faults.build_effects(task, 1)  # on seed 1, `killed_query`'s kill falls after the post
+    reported = await faults.RUNNERS["blind retry"](setup)
+    posts = setup.world.logs["post_message"]
+    assert len(posts) >= 2  # the same post sent again: counted as the service received it
+    outcome = faults.judge(task, 1, "blind retry", setup, reported)
+    assert outcome.duplicate_effects == faults.duplicate_effects(setup.world.logs, setup.intended)
+    assert outcome.duplicate_effects > 0
+    assert not outcome.goal
+
+
+@pytest.mark.usefixtures("bench")
+def test_the_effect_tasks_cover_every_failure_on_multi_step_tasks() -> None:
+    """Each effect fault runs on two domains, each task with several actions after a query."""
+    faults = _module("bench_faults")
+    tasks = faults.effect_tasks()
+    assert {task.fault for task in tasks} == set(faults.EFFECT_FAULTS)
+    for fault in faults.EFFECT_FAULTS:
+        assert len({task.domain for task in tasks if task.fault == fault}) >= 2, fault
+    for task in tasks:
+        setup = faults.build_effects(task, 0)
+        actions = [t for t in setup.tools if t.effect is pev.Effect.ACTION]
+        assert len(actions) >= 3, task
+        assert sum(setup.intended.values()) >= 3, task  # the right plan sends three or more
+
+
+@pytest.mark.usefixtures("bench")
+def test_the_quick_fault_suite_reports_every_scenario_and_column(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`bench_faults.py --quick` runs every kind of fault and prints each figure per strategy."""
+    faults = _module("bench_faults")
+    assert faults.main(["--quick"]) == 0
+    text = capsys.readouterr().out
+    assert "QUICK RUN" in text
+    header = (
+        "| fault | strategy | runs | goal holds | goal success (pass^1) | pass^4 "
+        "| false successes | duplicate effects | repeated unknown actions | tool calls |"
+    )
+    assert header in text
+    for fault in faults.EFFECT_FAULTS:
+        for strategy in faults.STRATEGIES:
+            assert f"| `{fault}` | {strategy} | " in text, (fault, strategy)
+    for target in faults.TARGETS:
+        assert f"* {target}: all tasks " in text
 
 
 @pytest.mark.usefixtures("bench")

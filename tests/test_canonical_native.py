@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import json
 import math
 import uuid
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from tests.support.strategies import events, json_values, times
 
 from pev import _canonical, _native, codec
 from pev._canonical import ADDED
-from pev._jcs import MAX_SAFE_INTEGER
+from pev._jcs import MAX_INTEGER_DIGITS, MAX_SAFE_INTEGER
 from pev._json import JsonObject, freeze_json
 from pev.ledger import Event, LedgerEntry, NodeFinished
 from pev.model import Effect, RecordStatus, Success
@@ -96,6 +97,8 @@ INTEGERS = (
         lambda n: st.sampled_from([n, -n])
     )
     | st.sampled_from([2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 10**40])
+    # Beyond 64 bits (which orjson refuses), up to and just past the most digits a ledger holds.
+    | st.integers(min_value=-(10**MAX_INTEGER_DIGITS), max_value=10**MAX_INTEGER_DIGITS)
 )
 FLOATS = (
     st.floats(allow_nan=False, allow_infinity=False)
@@ -211,8 +214,35 @@ TYPED = st.recursive(
 @settings(max_examples=500)
 @given(PLAIN_JSON)
 def test_plain_json_is_written_as_before(value: object) -> None:
-    """Any JSON value: keys beyond U+FFFF, any float, integers about ±2**53, any text."""
+    """Any JSON value: keys beyond U+FFFF, any float, integers of any size, any text."""
     assert_written_alike(value)
+
+
+# Integers beyond ±(2**53-1), where RFC 8785's doubles would lose digits, of up to the most
+# digits a ledger holds; nested in arrays and objects with plain keys (code-point order is
+# UTF-16 order there, so Python's own encoder writes the expected text).
+BIG_INTEGERS = st.integers(
+    min_value=MAX_SAFE_INTEGER + 1, max_value=10**MAX_INTEGER_DIGITS - 1
+).flatmap(lambda n: st.sampled_from([n, -n]))
+NESTED_BIG_INTEGERS = st.recursive(
+    BIG_INTEGERS | st.sampled_from([2**63 - 1, 2**64 - 1, 2**64, 2**64 + 1, -(2**63) - 1]),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.lists(children, max_size=4).map(tuple)
+        | st.dictionaries(st.text("abkz", max_size=3), children, max_size=4)
+        | st.dictionaries(st.text("abkz", max_size=3), children, max_size=4).map(JsonObject)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300)
+@given(NESTED_BIG_INTEGERS)
+def test_big_integers_are_written_exactly_both_ways(value: object) -> None:
+    """Integers of any size, nested: orjson's way and the long way write their exact digits."""
+    assert_written_alike(value)
+    exact = json.dumps(value, sort_keys=True, separators=(",", ":"), default=dict)
+    assert _native.jcs_dumps(value) == exact
 
 
 @settings(max_examples=300)
@@ -326,11 +356,23 @@ class CountingLongWay:
         return text
 
 
+def test_64_bit_integers_take_the_quick_way() -> None:
+    """orjson writes integers up to 64 bits itself under JCS; only larger ones go the long way."""
+    long_way = CountingLongWay(_canonical.JCS_LONG_WAY)
+    writer = _native._NativeWriter(long_way, utf16_keys=True)  # type: ignore[arg-type]
+    within = {"id": 9876543210123456, "ids": [2**63 - 1, -(2**63), 2**64 - 1]}
+    assert writer.dumps(within) == JCS_REFERENCE(within)
+    assert long_way.whole == []
+    beyond = {"id": 2**64 + 1}
+    assert writer.dumps(beyond) == '{"id":18446744073709551617}'
+    assert long_way.whole == [beyond]
+
+
 @pytest.mark.parametrize("jcs", [False, True], ids=["pev", "jcs"])
 def test_typical_events_take_the_quick_way(jcs: bool) -> None:
     """A node's events (its record, its result, their times) are written by orjson alone."""
     long_way = CountingLongWay(_canonical.JCS_LONG_WAY if jcs else _canonical.PEV_LONG_WAY)
-    writer = _native._NativeWriter(long_way, strict_integers=jcs, utf16_keys=jcs)  # type: ignore[arg-type]
+    writer = _native._NativeWriter(long_way, utf16_keys=jcs)  # type: ignore[arg-type]
     value = freeze_json({"cup": "red", "at": [0.4, 0.1], "n": 3})
     typical = [
         dispatched("rec-1", "look"),

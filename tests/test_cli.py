@@ -297,4 +297,4 @@ def test_show_says_what_a_reconciliation_established(db: Path) -> None:
     assert code == 0
     assert "unknown" in out
     words = " ".join(out.replace("│", " ").split())  # the table may wrap the cell
-    assert "reconciled as succeeded" in words
+    assert "unknown → reconciled: succeeded" in words

@@ -120,6 +120,9 @@ def test_an_integer_of_5000_digits_is_one_line(workdir: Path) -> None:
 
 
 POLICY_FIELDS = [field.name for field in dataclasses.fields(RecoveryPolicy)]
+POLICY_SWITCHES = {
+    field.name for field in dataclasses.fields(RecoveryPolicy) if field.type == "bool"
+}
 
 WRONG_TYPES = [
     pytest.param("store = [1]\n", "store", id="store"),
@@ -135,7 +138,9 @@ WRONG_TYPES = [
     *(
         pytest.param(f"[policy]\n{name} = {value}\n", f"policy.{name}", id=f"{name}={value}")
         for name in POLICY_FIELDS
-        for value in ("'x'", "[1]", "inf", "1e300", "true", "1979-05-27")
+        for value in ("'x'", "[1]", "inf", "1e300", "true", "1979-05-27", "0")
+        # A switch takes true; every other field refuses it, and a switch refuses 0.
+        if (value == "0") is (name in POLICY_SWITCHES) or value not in ("true", "0")
     ),
 ]
 

@@ -42,9 +42,22 @@ def pay(amount: int) -> str:
     return f"paid {amount}"
 
 
-def _ran(db: Path, *, task_id: str = "pay-1") -> str:
+BIG_ID = 2**64 + 1  # past 64 bits, and past the integers a double holds exactly
+
+
+@pev.tool(effect="query")
+def next_id(after: int) -> dict[str, int]:
+    return {"id": after + 1, "snowflake": 9876543210123457}
+
+
+PAY = PlanNode("p", "pay", tool="pay", args={"amount": 5})
+# Its args and its output hold integers past ±(2**53-1).
+NEXT_ID = PlanNode("n", "next id", tool="next_id", args={"after": BIG_ID})
+
+
+def _ran(db: Path, *, task_id: str = "pay-1", node: PlanNode = PAY) -> str:
     """A one-node task run to its end on ``db``, with a goal far wider than 80 columns."""
-    plan = Plan("pay", (PlanNode("p", "pay", tool="pay", args={"amount": 5}),))
+    plan = Plan(node.description, (node,))
 
     async def run() -> str:
         store = SQLiteStore(db)
@@ -52,7 +65,7 @@ def _ran(db: Path, *, task_id: str = "pay-1") -> str:
             result = await pev.run(
                 "pay 5",
                 planner=lambda _: plan,
-                tools=[pay],
+                tools=[pay, next_id],
                 store=store,
                 task_id=task_id,
                 contract=pev.VerificationContract(mode="off", goal=LONG_GOAL),
@@ -164,6 +177,29 @@ def test_show_json(tmp_path: Path) -> None:
     assert node["record"]["status"] == "succeeded"
     assert revision["decisions"][0]["decision"]["kind"] == "finish"
     assert document["outputs"] == {"p": "paid 5"}
+
+
+def test_show_json_carries_big_integers_exactly(tmp_path: Path) -> None:
+    """`pev show --json` writes args and outputs past ±(2**53-1) as their exact digits."""
+    db = tmp_path / "ledger.db"
+    _ran(db, task_id="big-1", node=NEXT_ID)
+    code, out, _ = _pev("show", "big-1", "--db", str(db), "--json")
+    assert code == 0
+    document = _valid("show", out)
+    assert document["outputs"] == {"n": {"id": BIG_ID + 1, "snowflake": 9876543210123457}}
+    assert document["revisions"][0]["nodes"][0]["args"] == {"after": BIG_ID}  # type: ignore[index]
+    assert '"id":18446744073709551618,' in out
+
+
+def test_events_json_carries_big_integers_exactly(tmp_path: Path) -> None:
+    """`pev events --json` writes the events' integers past ±(2**53-1) as their exact digits."""
+    db = tmp_path / "ledger.db"
+    _ran(db, task_id="big-1", node=NEXT_ID)
+    code, out, _ = _pev("events", "big-1", "--db", str(db), "--json")
+    assert code == 0
+    _valid("events", out)
+    assert '{"after":18446744073709551617}' in out
+    assert '"snowflake":9876543210123457' in out
 
 
 def test_events_json_with_follow_is_json_lines(tmp_path: Path) -> None:

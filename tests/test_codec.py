@@ -45,6 +45,7 @@ from pev.model import (
     VerificationContract,
     VerifierFailure,
     canonical_json,
+    freeze_json,
 )
 from pev.policy import RecoveryPolicy
 
@@ -101,6 +102,37 @@ def test_dumps_is_the_canonical_json_of_encode(value_and_type: tuple[object, Any
     value, _ = value_and_type
 
     assert codec.dumps(value) == canonical_json(codec.encode(value))
+
+
+# Integers of any size a ledger holds (up to MAX_INTEGER_DIGITS digits), nested in JSON values.
+EXACT_INTEGERS = st.recursive(
+    st.integers(
+        min_value=-(10**codec.MAX_INTEGER_DIGITS - 1), max_value=10**codec.MAX_INTEGER_DIGITS - 1
+    )
+    | st.sampled_from([2**53, -(2**53) - 1, 2**63 - 1, 2**64 + 1, 9876543210123456]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(texts, children, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(EXACT_INTEGERS)
+def test_integers_of_any_size_round_trip_through_jcs_text(value: object) -> None:
+    """loads(dumps_jcs(x), jcs=True) gives every integer back exactly, an int to the last digit."""
+    frozen = freeze_json(value)
+    back: object = codec.loads(codec.dumps_jcs(frozen), object, jcs=True)
+
+    assert back == frozen
+    assert canonical_json(back) == canonical_json(frozen)  # 1 and 1.0 differ in this form
+
+
+@pytest.mark.parametrize("value", [9876543210123456, 2**70, -(2**64) - 1, 10**39 + 7], ids=str)
+def test_a_big_integer_round_trips_in_a_typed_value(value: int) -> None:
+    """A node's output and its plan args keep an integer beyond 2**53 through the ledger's text."""
+    result = Success(value={"id": value, "ids": [value, -value]})
+    node = PlanNode("a", args={"id": value})
+
+    assert codec.loads(codec.dumps_jcs(result), NodeResult, jcs=True) == result
+    assert codec.loads(codec.dumps_jcs(node), PlanNode, jcs=True).args["id"] == value
 
 
 class _Colour(enum.Enum):

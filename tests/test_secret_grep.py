@@ -5,11 +5,11 @@ on an SQLite file with the LLM planner and verifier (over scripted chat models t
 prompt) and a lesson book whose drafter is a chat model too. Their one tool takes the value as
 a ``pev.Secret``. In the first three tasks the tool raises an exception whose message (and its
 cause's) quotes the value; in the fourth it returns the value inside its output, the verifier
-rejects that first answer, and the planner replans. The tool writes a hash of what it received to
-a file of its own, which shows that it did receive the value. Then each place is searched for the
-value: the ledger file (and its WAL) while open and after closing, every log record (DEBUG and
-up, on every logger), ``pev show``, ``pev tasks`` and ``pev lessons``, the experience store, the
-chat models' prompts, and the run results.
+rejects that first answer, and the planner replans, charging once more. The tool writes a hash
+of what it received to a file of its own, which shows that it did receive the value. Then each
+place is searched for the value: the ledger file (and its WAL) while open and after closing,
+every log record (DEBUG and up, on every logger), ``pev show``, ``pev tasks`` and ``pev
+lessons``, the experience store, the chat models' prompts, and the run results.
 """
 
 from __future__ import annotations
@@ -61,9 +61,12 @@ def charge(amount: int, token: Annotated[str, pev.Secret(ENV)]) -> dict[str, obj
     return {"receipt": "r-1", "sent": f"Authorization: Bearer {token}"}
 
 
-def plan_reply(amount: int) -> str:
-    """A model's reply: a plan with one charge of ``amount``."""
-    nodes = (PlanNode("charge", "charge the card", tool="charge", args={"amount": amount}),)
+def plan_reply(amount: int, *, repeat: bool = False) -> str:
+    """A model's reply: a plan with one charge of ``amount`` (``repeat``: once more)."""
+    charging = PlanNode(
+        "charge", "charge the card", tool="charge", args={"amount": amount}, repeat=repeat
+    )
+    nodes = (charging,)
     return json.dumps(encode(Plan(CONTRACT.goal, nodes)))
 
 
@@ -109,7 +112,9 @@ def file_bytes(folder: Path) -> bytes:
 async def scenario(folder: Path, seen: Seen) -> None:
     db = folder / "ledger.db"
     store = SQLiteStore(db)
-    planner_chat = ScriptedChat(*[plan_reply(500)] * 3, plan_reply(30), plan_reply(30))
+    # The fourth task's replan charges again on purpose: a charge the task already made is
+    # otherwise reused, never sent twice (docs/engine.md, "Effects happen once").
+    planner_chat = ScriptedChat(*[plan_reply(500)] * 3, plan_reply(30), plan_reply(30, repeat=True))
     verifier_chat = ScriptedChat(*[verdict_reply(passed=False)] * 4, verdict_reply(passed=True))
     drafter = ScriptedChat("After a charge fails, check the card before charging it again.")
     book = LessonBook(store, drafter=drafter)

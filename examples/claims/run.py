@@ -1,7 +1,8 @@
 """Run the claims example: ``python examples/claims/run.py [CLAIM_ID]`` (CLM-1042 by default).
 
-Prints the task's story as its ledger tells it (each revision's plan, what ran, the verdict and
-the decision), then the result. Exits 0 only if the task succeeded.
+Prints the task's story as its ledger tells it (each revision's plan, what ran, what was reused,
+superseded and compensated, the verdict and the decision), then the result, then the claims
+system's own payment ledger. Exits 0 only if the task succeeded.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -19,40 +21,60 @@ import pev
 from pev.kernel import GlobalReplan, LocalReplan
 from pev.ledger import (
     ChainReport,
+    CompensationDispatched,
+    CompensationFailed,
     Diagnosed,
     Dispatched,
+    EffectCompensated,
+    EffectSuperseded,
     LedgerEntry,
     NodeDispatched,
     NodeFinished,
+    NodeReused,
     NodeSkipped,
     RevisionStarted,
     TaskFinished,
     VerdictRecorded,
 )
-from pev.model import Success, VerifierFailure, canonical_json
+from pev.model import (
+    DeviceFailure,
+    NodeResult,
+    Plan,
+    PlanNode,
+    Success,
+    VerifierFailure,
+    canonical_json,
+)
 
 
 def story(entries: tuple[LedgerEntry, ...]) -> list[str]:
     """One line per step that matters, read from the ledger alone."""
     nodes: dict[str, str] = {}
     lines: list[str] = []
+    previous: Plan | None = None
     for entry in entries:
         match entry.event:
             case RevisionStarted(number=number, revision_kind=kind, plan=plan, redo=redo):
                 redone = f", redo {sorted(redo)}" if redo else ""
                 lines.append(f"revision {number} ({kind}{redone})")
-                payout = next(node for node in plan.nodes if node.tool == "compute_payout")
-                lines.append(f"  plan: {payout.id} = compute_payout {canonical_json(payout.args)}")
-                lines.append(f"        {_short(payout.description)}")
+                for node in _changed(plan, previous):
+                    lines.append(f"  plan: {node.id} = {node.tool} {canonical_json(node.args)}")
+                    lines.append(f"        {_short(node.description)}")
+                previous = plan
             case NodeDispatched(record=record):
                 nodes[record.id] = record.node_id
             case NodeFinished(record_id=record_id, status=status, result=result):
-                detail = ""
-                if isinstance(result, Success):
-                    detail = f" → {_short(canonical_json(result.value))}"
-                elif isinstance(result, VerifierFailure):
-                    detail = f" → {result.reason}"
-                lines.append(f"  {nodes[record_id]}: {status}{detail}")
+                lines.append(f"  {nodes[record_id]}: {status}{_outcome(result)}")
+            case NodeReused(node_id=node_id, record_id=record_id):
+                lines.append(f"  {node_id}: reused record {record_id} (its effect happened once)")
+            case EffectSuperseded(record_id=record_id, reason=reason):
+                lines.append(f"  superseded: record {record_id}, as {reason}")
+            case CompensationDispatched(effect=effect, record=record):
+                lines.append(f"  compensating record {effect}: {record.id} sent")
+            case EffectCompensated(effect=effect, result=result):
+                lines.append(f"  compensated record {effect}{_outcome(result)}")
+            case CompensationFailed(effect=effect, status=status, result=result):
+                lines.append(f"  compensation of record {effect}: {status}{_outcome(result)}")
             case NodeSkipped(node_id=node_id, blocked_by=blocked_by):
                 lines.append(f"  {node_id}: skipped (blocked by {', '.join(blocked_by)})")
             case VerdictRecorded(verdict=verdict) if verdict is not None:
@@ -78,6 +100,26 @@ def story(entries: tuple[LedgerEntry, ...]) -> list[str]:
             case _:
                 pass
     return lines
+
+
+def _changed(plan: Plan, previous: Plan | None) -> list[PlanNode]:
+    """The nodes to show of a revision's plan: the payout first, then what a replan changed."""
+    if previous is None:
+        return [node for node in plan.nodes if node.tool == "compute_payout"]
+    before = {node.id: node for node in previous.nodes}
+    return [
+        node for node in plan.nodes if node.id not in before or before[node.id].args != node.args
+    ]
+
+
+def _outcome(result: NodeResult | None) -> str:
+    if isinstance(result, Success):
+        return f" → {_short(canonical_json(result.value))}"
+    if isinstance(result, VerifierFailure):
+        return f" → {result.reason}"
+    if isinstance(result, DeviceFailure):
+        return f" → {_short(result.error)}"
+    return ""
 
 
 def _short(text: str, width: int = 96) -> str:
@@ -109,7 +151,19 @@ def main(claim_id: str = "CLM-1042") -> int:
     payment = result.outputs.get("payment")
     if payment is not None:
         print(f"paid: {canonical_json(payment)}")
+    print("the claims system's payment ledger:")
+    print("\n".join(books(agent.PAYMENTS)) or "  (nothing paid)")
     return 0 if result.ok else 1
+
+
+def books(payments: list[dict[str, Any]]) -> list[str]:
+    """The claims system's own payment ledger, one line per payment or refund it made."""
+    return [
+        f"  paid {e['amount']:.2f} into {e['account']} ({e['payment_id']})"
+        if e["entry"] == "payment"
+        else f"  refunded {e['payment_id']}: {e['amount']:.2f} back from {e['account']}"
+        for e in payments
+    ]
 
 
 async def _read_ledger(

@@ -36,7 +36,10 @@ async def book(team: str, log: Path) -> int:
     }
     store = pev.MemoryStore()
     rooms = pev.mcp.MCPServer.stdio(
-        sys.executable, args=[str(HERE / "server.py")], env={"ROOMS_LOG": str(log)}
+        sys.executable,
+        args=[str(HERE / "server.py")],
+        env={"ROOMS_LOG": str(log)},
+        compensate={"book_room": "cancel_booking"},  # should a replan replace a booking
     )
     async with rooms:  # the session stays open for the task's life, and is closed after
         result = await pev.run(
@@ -68,7 +71,8 @@ def main(team: str = "platform") -> int:
         log = Path(os.environ.get("ROOMS_LOG", Path(folder) / "bookings.log"))
         code = asyncio.run(book(team, log))
         lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
-        print(f"the rooms service made {len(lines)} booking(s)")
+        bookings = [line for line in lines if not line.startswith('{"cancelled"')]
+        print(f"the rooms service made {len(bookings)} booking(s)")
         return code
 
 

@@ -1,11 +1,14 @@
 """The rooms service: an MCP server, written with the official SDK, that books meeting rooms.
 
-Run by the example over stdio (``python server.py``). Two tools:
+Run by the example over stdio (``python server.py``). Three tools:
 
 * ``find_rooms`` (read-only: ``readOnlyHint``, so pev treats it as a query) lists the rooms free
   on a day with enough seats;
 * ``book_room`` (an action) books one, and appends a line to the file ``ROOMS_LOG`` names: the
-  service's own record of what it did, which the example's tests count.
+  service's own record of what it did, which the example's tests count;
+* ``cancel_booking`` (an action) cancels a booking, given what ``book_room`` was given: the
+  example's task names it as ``book_room``'s compensation, which pev calls if a replan replaces
+  a booking. It appends ``{"cancelled": <booking id>}`` to the same file.
 """
 
 from __future__ import annotations
@@ -95,11 +98,40 @@ def book_room(  # noqa: PLR0917 - an MCP tool's arguments come by name
         title=title,
         attendees=attendees,
     )
+    _record(booking.model_dump(mode="json"))
+    return booking
+
+
+@server.tool()
+def cancel_booking(  # noqa: PLR0917 - an MCP tool's arguments come by name
+    room: str,
+    day: datetime.date,
+    start: datetime.time,
+    minutes: int,
+    title: str,
+    attendees: list[str],
+) -> str:
+    """Cancel a booking, given what book_room was given to make it.
+
+    Args:
+        room: The room's name.
+        day: The day of the meeting.
+        start: When it starts (local time).
+        minutes: How long it lasts.
+        title: The meeting's title.
+        attendees: The email addresses invited.
+    """
+    booking_id = f"{room}-{day:%Y%m%d}-{start:%H%M}"
+    _record({"cancelled": booking_id})
+    return f"cancelled {booking_id} ({title}, {minutes} min, {len(attendees)} invited)"
+
+
+def _record(line: dict[str, object]) -> None:
+    """Append one line to the service's own record, when ``ROOMS_LOG`` names one."""
     log = os.environ.get("ROOMS_LOG")
     if log:
         with Path(log).open("a", encoding="utf-8") as file:
-            file.write(json.dumps(booking.model_dump(mode="json")) + "\n")
-    return booking
+            file.write(json.dumps(line) + "\n")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ The two forms ledgers hold, each a :class:`TextWriter`:
 
 * :data:`PEV_LONG_WAY` writes pev's own canonical JSON, the text of event schema 1: keys sorted by
   code point, no spaces, UTF-8, floats as Python writes them (``1.0``, ``-0.0``, ``1e-07``).
-* :data:`JCS_LONG_WAY` writes RFC 8785 (JCS) canonical JSON (:mod:`pev._jcs`), the text of the
-  later schemas: any language can write it again from the parsed JSON, and so re-check a chain.
+* :data:`JCS_LONG_WAY` writes RFC 8785 (JCS) canonical JSON, integers exact (:mod:`pev._jcs`),
+  the text of the later schemas: any language can write it again from the parsed JSON, and so
+  re-check a chain.
 
 Both mirror :func:`pev.codec.encode` type for type (a dataclass becomes an object of its fields,
 plus ``"kind"`` for a member of a tagged union; enums their values; tuples, lists and sets
@@ -345,7 +346,7 @@ def canonical_problem(text: str, *, jcs: bool) -> str:
 
     Args:
         text: A stored text.
-        jcs: The form: RFC 8785 (numbers read as doubles, :func:`pev._jcs.jcs_loads`), else
+        jcs: The form: RFC 8785 with exact integers (:func:`pev._jcs.jcs_loads`), else
             pev's own (:func:`pev._json.canonical_json`, numbers read as written).
 
     Returns:

@@ -7,10 +7,14 @@ every object's keys sorted by their UTF-16 code units. Numbers are written as EC
 (``\b \t \n \f \r`` by name, the others as ``\u00xx``), which is exactly what Python's own
 JSON encoder does with ``ensure_ascii=False``.
 
-A JSON number is an IEEE 754 double here (I-JSON, RFC 7493), so an integer beyond
-±:data:`MAX_SAFE_INTEGER` has no JCS text: pev refuses it, and such numbers travel as strings.
-Since 1 and 1.0 are the same JCS number, a float with an integral value reads back from a JCS
-text as an integer.
+pev's one addition to RFC 8785 is for integers, which RFC 8785 writes as the doubles they read
+as, losing those beyond ±:data:`MAX_SAFE_INTEGER`: every integer is written as its exact decimal
+digits (``-`` before a negative one; no ``+``, exponent, fraction or leading zero), and a number
+written without a fraction or an exponent reads back as that exact integer. Within
+±:data:`MAX_SAFE_INTEGER`, and for every float, this is RFC 8785's text itself; an integral float
+beyond (``1e20``, written ``100000000000000000000``) reads back as the integer it spells, whose
+text is the same. An integer has at most :data:`MAX_INTEGER_DIGITS` digits. Since 1 and 1.0 are
+one number, a float with an integral value reads back from a JCS text as an integer.
 
 Any language can write these texts: docs/ledger-format.md specifies them for verifiers.
 """
@@ -25,6 +29,7 @@ from json.encoder import encode_basestring
 from pev.errors import CodecError
 
 __all__ = [
+    "MAX_INTEGER_DIGITS",
     "MAX_SAFE_INTEGER",
     "jcs_float",
     "jcs_int",
@@ -34,31 +39,43 @@ __all__ = [
 ]
 
 MAX_SAFE_INTEGER = 2**53 - 1
-"""The largest integer a JSON number holds exactly (``Number.MAX_SAFE_INTEGER``, I-JSON).
+"""The largest integer a double holds exactly (``Number.MAX_SAFE_INTEGER``).
 
-pev writes no integer beyond ±this bound to a ledger: pass such numbers as strings.
+Within ±this bound an integer's text is RFC 8785's own; beyond it, pev's exact digits.
 """
+
+MAX_INTEGER_DIGITS = 640
+"""The most decimal digits (its sign not counted) of an integer in a ledger text.
+
+pev writes and reads no longer one. Python converts integers of this many digits to and from
+text whatever its limit on such conversions (``sys.set_int_max_str_digits`` allows none lower).
+"""
+
+_PAST_DIGITS = 10**MAX_INTEGER_DIGITS  # the least integer of one digit too many
 
 
 def jcs_int(value: int) -> str:
-    """The JCS text of an integer within ±:data:`MAX_SAFE_INTEGER`.
+    """The text of an integer: its exact decimal digits, ``-`` before a negative one.
 
     Raises:
-        CodecError: The integer is beyond that bound; such numbers must travel as strings.
+        CodecError: It has more than :data:`MAX_INTEGER_DIGITS` digits.
     """
-    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+    if -_PAST_DIGITS < value < _PAST_DIGITS:
         return int.__repr__(value)
     raise CodecError(
-        f"the integer {_abbreviated(value)} is beyond ±(2**53 - 1), the largest a JSON number "
-        "holds exactly (I-JSON, RFC 8785); pass such numbers as strings"
+        f"the integer {_shown_integer(value)} has more than {MAX_INTEGER_DIGITS} digits, "
+        "the most a ledger records; pass such numbers as strings"
     )
 
 
-def _abbreviated(value: int) -> str:
-    # Python refuses to write an int of more than 4300 digits; the message needs only its size.
-    if abs(value) < 10**30:
-        return str(value)
-    return f"{'-' if value < 0 else ''}of {int(abs(value).bit_length() * 0.30103) + 1} digits"
+def _shown_integer(value: int) -> str:
+    """An integer as a message shows it: in full up to 30 digits, else by its size.
+
+    ``of about 5001 digits``: Python may refuse to write a long integer's digits at all.
+    """
+    if -(10**30) < value < 10**30:
+        return int.__repr__(value)
+    return f"of about {int(value.bit_length() * 0.30103) + 1} digits"
 
 
 def jcs_float(value: float) -> str:
@@ -119,11 +136,12 @@ def jcs_json(value: object, *, any_integer: bool = False) -> str:
 
     Args:
         value: The value.
-        any_integer: Write an integer beyond ±:data:`MAX_SAFE_INTEGER` in full instead of
-            refusing it: for a digest that only has to be stable, never for a ledger text.
+        any_integer: Write an integer of more than :data:`MAX_INTEGER_DIGITS` digits too
+            instead of refusing it: for a digest that only has to be stable, never for a
+            ledger text.
 
     Raises:
-        CodecError: An integer beyond the bound (unless ``any_integer``).
+        CodecError: An integer of more digits (unless ``any_integer``).
         ValueError: A NaN or infinite float.
         TypeError: Something that is not a JSON value.
     """
@@ -206,17 +224,14 @@ def _write(value: object, write_int: Callable[[int], str]) -> str:
     raise TypeError(f"a {type(value).__name__} is not a JSON value")
 
 
-def _number_without_point(text: str) -> int | float:
-    # A JCS number is a double: beyond ±MAX_SAFE_INTEGER an integer's text can only be that of
-    # a float with an integral value (1e20 is written 100000000000000000000), so it is one.
-    if len(text) <= _SAFE_DIGITS:
-        value = int(text)
-        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            return value
-    return float(text)
-
-
-_SAFE_DIGITS = len(str(-MAX_SAFE_INTEGER))
+def _exact_integer(text: str) -> int:
+    # Every number without a fraction or an exponent is the integer it spells (pev's rule), an
+    # integral double's text beyond ±MAX_SAFE_INTEGER included: it is written again the same.
+    if len(text) > MAX_INTEGER_DIGITS and (digits := len(text.lstrip("-"))) > MAX_INTEGER_DIGITS:
+        raise ValueError(
+            f"an integer of {digits} digits, more than the {MAX_INTEGER_DIGITS} a ledger records"
+        )
+    return int(text)
 
 
 def _refuse_constant(name: str) -> object:
@@ -224,12 +239,14 @@ def _refuse_constant(name: str) -> object:
 
 
 def jcs_loads(text: str | bytes) -> object:
-    """Parse a JCS text (or any JSON) as JCS reads it: every number is a double.
+    """Parse a JCS text (or any JSON) as pev's rule reads it, so that it is written again as it was.
 
-    An integer within ±:data:`MAX_SAFE_INTEGER` stays an ``int``; one beyond it is the text of a
-    float with an integral value and becomes that ``float``, so it is written again as it was.
+    A number without a fraction or an exponent is the exact ``int`` it spells, of any size up to
+    :data:`MAX_INTEGER_DIGITS` digits (an integral double beyond ±:data:`MAX_SAFE_INTEGER`,
+    written ``100000000000000000000``, so reads back as that integer); any other is a ``float``.
 
     Raises:
-        ValueError: Not JSON text, or ``NaN`` / ``Infinity``, which JSON does not have.
+        ValueError: Not JSON text, ``NaN`` / ``Infinity`` (which JSON does not have), or an
+            integer of more than :data:`MAX_INTEGER_DIGITS` digits.
     """
-    return json.loads(text, parse_int=_number_without_point, parse_constant=_refuse_constant)
+    return json.loads(text, parse_int=_exact_integer, parse_constant=_refuse_constant)

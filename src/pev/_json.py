@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import TypeAlias, TypeGuard, TypeVar, overload
 
-from pev._jcs import MAX_SAFE_INTEGER, jcs_json
+from pev._jcs import MAX_INTEGER_DIGITS, jcs_int, jcs_json
+from pev.errors import CodecError
 
 __all__ = [
     "DEFAULT_MAX_VALUE_BYTES",
     "DEFAULT_MAX_VALUE_DEPTH",
+    "MAX_INTEGER_DIGITS",
     "MAX_NESTING",
-    "MAX_SAFE_INTEGER",
     "JsonObject",
     "JsonValue",
     "ValueLimits",
@@ -73,8 +74,8 @@ class JsonObject(Mapping[str, "JsonValue"]):
     def _canonical(self) -> str:
         """The object's identity text: its RFC 8785 (JCS) text, kept once written."""
         if self._text is None:
-            # Empty args, which most plan nodes have, need no writer at all. Integers beyond
-            # ±MAX_SAFE_INTEGER are written in full: this text identifies, it is never stored.
+            # Empty args, which most plan nodes have, need no writer at all. Integers of more
+            # than MAX_INTEGER_DIGITS digits are written too: this text identifies, never stored.
             self._text = jcs_json(self._items, any_integer=True) if self._items else "{}"
         return self._text
 
@@ -227,8 +228,7 @@ def digest(value: object) -> str:
 
     JCS, the text ledger events are kept in, so that a value read back from a ledger has the
     digest it had when written (a float with an integral value reads back as an integer: ``1.0``
-    and ``1`` are one JSON number, with one digest). Integers beyond ±:data:`MAX_SAFE_INTEGER`
-    are written in full.
+    and ``1`` are one JSON number, with one digest). Integers are written in full, of any size.
     """
     # A JsonObject (plan args) keeps its text, so it is encoded at most once.
     if isinstance(value, JsonObject):
@@ -299,13 +299,14 @@ def value_problem(
 ) -> str | None:
     """The first reason pev cannot record ``value`` as JSON, or ``None`` when it can.
 
-    A value can be recorded when it holds only ``None``, booleans, integers within
-    ``±MAX_SAFE_INTEGER``, finite floats, valid Unicode text, lists or tuples, and mappings with
-    text keys, nests at most ``limits.max_depth`` deep and writes at most ``limits.max_bytes``
-    bytes of canonical JSON. The walk is iterative (a value nested 100,000 deep is a problem,
-    not a :class:`RecursionError`), stops at the first problem or once past a limit, and never
-    raises: a mapping whose items cannot be read is a problem too. The message names the place
-    (``$.rooms[2]``), and a limit by its ``RecoveryPolicy`` field.
+    A value can be recorded when it holds only ``None``, booleans, integers of at most
+    :data:`MAX_INTEGER_DIGITS` digits (recorded exactly), finite floats, valid Unicode text,
+    lists or tuples, and mappings with text keys, nests at most ``limits.max_depth`` deep and
+    writes at most ``limits.max_bytes`` bytes of canonical JSON. The walk is iterative (a value
+    nested 100,000 deep is a problem, not a :class:`RecursionError`), stops at the first problem
+    or once past a limit, and never raises: a mapping whose items cannot be read is a problem
+    too. The message names the place (``$.rooms[2]``), and a limit by its ``RecoveryPolicy``
+    field.
     """
     limits = limits or ValueLimits()
     stack: list[_Frame] = []
@@ -358,12 +359,10 @@ def _scalar_size(item: object, budget: int) -> tuple[int, str | None]:
     if item is False:
         return 5, None
     if isinstance(item, int):
-        if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
-            return len(int.__repr__(item)), None
-        return 0, (
-            f"the integer {_int_text(item)} is past ±(2**53-1), the largest integer a JSON "
-            "number carries exactly; pass it as a string"
-        )
+        try:
+            return len(jcs_int(item)), None
+        except CodecError as exc:
+            return 0, str(exc)
     if isinstance(item, float):
         if math.isfinite(item):
             return len(float.__repr__(item)), None
@@ -429,12 +428,6 @@ def _shown(value: object) -> str:
 def _bad_text(text: str) -> str:
     index = next((i for i, char in enumerate(text) if "\ud800" <= char <= "\udfff"), 0)
     return f"text that is not valid Unicode (a lone surrogate at index {index})"
-
-
-def _int_text(number: int) -> str:
-    if abs(number) < 10**30:
-        return str(number)
-    return f"of about {int(number.bit_length() * math.log10(2)) + 1} digits"
 
 
 def _spell(root: str, stack: list[_Frame]) -> str:

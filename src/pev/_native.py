@@ -49,9 +49,9 @@ __all__ = ["jcs_dumps", "pev_dumps"]
 # * times: orjson hands them back (OPT_PASSTHROUGH_DATETIME); a UTC one it then writes itself;
 # * sets, bytes, read-only mappings, subclasses (an enum's too, where its value is not what it
 #   is), floats and UUIDs in enums, unknown classes: written the long way, as a fragment;
-# * integers beyond its range (the form's own bound under JCS: OPT_STRICT_INTEGER), lone
-#   surrogates, non-text keys, nesting past its limit: orjson raises, and the long way writes the
-#   whole value (or raises the error pev always raised);
+# * integers beyond 64 bits (its range; within it, it writes their exact digits as both forms
+#   do), lone surrogates, non-text keys, nesting past its limit: orjson raises, and the long way
+#   writes the whole value (or raises the error pev always raised);
 # * JCS order: a key holding a character beyond U+FFFF sorts before U+E000 to U+FFFF in UTF-16
 #   order, after them in orjson's; a text holding characters of both is written the long way.
 #
@@ -82,7 +82,7 @@ class _NativeWriter:
     text (:func:`_time_writer`).
     """
 
-    def __init__(self, long_way: TextWriter, *, strict_integers: bool, utf16_keys: bool) -> None:
+    def __init__(self, long_way: TextWriter, *, utf16_keys: bool) -> None:
         self._long_way = long_way
         # Classes passed to orjson as they are: written by it as the long way would, or handed
         # back to `default`, which finds them in `_hooks`.
@@ -108,7 +108,7 @@ class _NativeWriter:
             as_is=self._as_is,
             hooks=self._hooks,
             prepare=prepare,
-            option=_OPTIONS | (orjson.OPT_STRICT_INTEGER if strict_integers else 0),
+            option=_OPTIONS,
             utf16_keys=utf16_keys,
         )
 
@@ -316,7 +316,7 @@ def _added_builder(
     return build_added
 
 
-pev_dumps: Writer = _NativeWriter(PEV_LONG_WAY, strict_integers=False, utf16_keys=False).dumps
+pev_dumps: Writer = _NativeWriter(PEV_LONG_WAY, utf16_keys=False).dumps
 """pev's own canonical JSON text of a value (event schema 1): sorted keys, no spaces, UTF-8.
 
 Raises:
@@ -324,11 +324,11 @@ Raises:
     ValueError: A NaN or infinite float.
 """
 
-jcs_dumps: Writer = _NativeWriter(JCS_LONG_WAY, strict_integers=True, utf16_keys=True).dumps
-"""The RFC 8785 (JCS) canonical JSON text of a value (event schemas 2 and 3).
+jcs_dumps: Writer = _NativeWriter(JCS_LONG_WAY, utf16_keys=True).dumps
+"""The RFC 8785 (JCS) canonical JSON text of a value (event schemas 2 and 3), integers exact.
 
 Raises:
-    CodecError: A value of a type JSON cannot hold, a naive time, or an integer beyond
-        ``±MAX_SAFE_INTEGER`` (pass such numbers as strings).
+    CodecError: A value of a type JSON cannot hold, a naive time, or an integer of more than
+        ``MAX_INTEGER_DIGITS`` digits (pass such numbers as strings).
     ValueError: A NaN or infinite float.
 """

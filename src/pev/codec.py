@@ -38,12 +38,21 @@ from pev._canonical import (
     is_added,
     tag_of,
 )
-from pev._jcs import MAX_SAFE_INTEGER, jcs_loads
+from pev._jcs import MAX_INTEGER_DIGITS, MAX_SAFE_INTEGER, jcs_loads
 from pev._json import JsonObject, JsonValue, canonical_json, freeze_json
 from pev._native import jcs_dumps, pev_dumps
 from pev.errors import CodecError, PevError
 
-__all__ = ["ADDED", "MAX_SAFE_INTEGER", "decode", "dumps", "dumps_jcs", "encode", "loads"]
+__all__ = [
+    "ADDED",
+    "MAX_INTEGER_DIGITS",
+    "MAX_SAFE_INTEGER",
+    "decode",
+    "dumps",
+    "dumps_jcs",
+    "encode",
+    "loads",
+]
 
 T = TypeVar("T")
 
@@ -140,14 +149,16 @@ def dumps(value: object) -> str:
 def dumps_jcs(value: object) -> str:
     """The RFC 8785 (JCS) canonical JSON text of a value: the text new ledger events are hashed in.
 
-    Numbers are written as ECMAScript writes them (``1.0`` as ``1``, ``1e-7`` as ``1e-7``) and
-    object keys sorted by UTF-16 code units, so any language can write the text again from the
-    parsed JSON (docs/ledger-format.md). A float with an integral value so reads back as an int;
-    a float-typed field decodes it as a float again.
+    Floats are written as ECMAScript writes them (``1.0`` as ``1``, ``1e-7`` as ``1e-7``),
+    integers of any size as their exact decimal digits (``9876543210123457``, where ECMAScript
+    would lose the last digits past ±:data:`MAX_SAFE_INTEGER`), and object keys sorted by
+    UTF-16 code units, so any language can write the text again from the parsed JSON
+    (docs/ledger-format.md). A float with an integral value so reads back as an int; a
+    float-typed field decodes it as a float again.
 
     Raises:
-        CodecError: A value JSON cannot hold, or an integer beyond ±:data:`MAX_SAFE_INTEGER`
-            (pass such numbers as strings).
+        CodecError: A value JSON cannot hold, or an integer of more than
+            :data:`MAX_INTEGER_DIGITS` digits (pass such numbers as strings).
         ValueError: A NaN or infinite float.
     """
     return jcs_dumps(value)
@@ -159,9 +170,9 @@ def loads(text: str | bytes, into: type[T] | Any, *, jcs: bool = False) -> T:
     Args:
         text: The JSON text.
         into: The type to build.
-        jcs: Read numbers as RFC 8785 does (every number a double): an integer beyond
-            ±:data:`MAX_SAFE_INTEGER` is then the float it was written from. For texts
-            written by :func:`dumps_jcs`.
+        jcs: Read numbers as :func:`dumps_jcs` writes them: a number without a fraction or
+            an exponent is the exact integer it spells (at most :data:`MAX_INTEGER_DIGITS`
+            digits), an integral float's text too, and any other a float.
 
     Raises:
         CodecError: The text is not JSON or does not fit the type.

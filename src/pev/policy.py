@@ -83,6 +83,9 @@ class RecoveryPolicy:
             value: ``"never"``, ``"actions"``, ``"always"``); see docs/control.md.
         approval_timeout_s: How long a revision may wait for approval before the task ends
             ``failed``/``approval_expired``; ``None`` waits for ever.
+        compensate_on_failure: A task ending ``failed``, ``partial`` or ``cancelled`` first
+            undoes its effects, newest first, through their tools' ``compensate`` (a saga; see
+            docs/engine.md, "Compensation").
 
     Raises:
         PolicyError: A field out of range (a ``UsageError`` and a ``ValueError``), naming it.
@@ -103,8 +106,16 @@ class RecoveryPolicy:
     max_value_bytes: int = field(default=DEFAULT_MAX_VALUE_BYTES, metadata=ADDED)
     approval: Approval = field(default=Approval.NEVER, metadata=ADDED)
     approval_timeout_s: float | None = field(default=None, metadata=ADDED)
+    compensate_on_failure: bool = field(default=False, metadata=ADDED)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.compensate_on_failure, bool):
+            raise PolicyError(
+                "RecoveryPolicy.compensate_on_failure must be True or False, got "
+                f"{_shown(self.compensate_on_failure)}",
+                field="compensate_on_failure",
+                value=self.compensate_on_failure,
+            )
         try:
             object.__setattr__(self, "approval", Approval(self.approval))
         except (ValueError, TypeError):

@@ -2,10 +2,11 @@
 
 The task (tests/support/crash.py) surveys, then reserves and labels at once (two actions that
 deliver to "the other end", a file only the tools write), then reports; its verifier blames the
-label once, so the label is sent again in a second revision. A child process runs it on an SQLite
-ledger and kills itself with SIGKILL right after the store commits its ``k``-th event (an append
-is atomic: a kill inside one lands after it), for every ``k`` from 1 to the events of a crash-free
-run; and right after each delivery, before the ledger hears of it. A fresh process then resumes
+label once, so a second label is sent (``repeat=True``) in a second revision. A child process
+runs it on an SQLite ledger and kills itself with SIGKILL right after the store commits its
+``k``-th event (an append is atomic: a kill inside one lands after it), for every ``k`` from 1
+to the events of a crash-free run; and right after each delivery, before the ledger hears of
+it. A fresh process then resumes
 the task with its components rebuilt from their import paths. For every case: no key reaches the
 other end twice, no node is dispatched again and no unknown action is repeated, every event
 committed before the kill is still there and the chain verifies, and the task ends as a

@@ -192,7 +192,7 @@ async def test_the_executor_context_holds_the_dependency_outputs(engine: Engine)
 async def test_the_idempotency_key_is_visible_inside_a_tool_and_stable_per_record(
     engine: Engine,
 ) -> None:
-    """current_node_context() in a tool gives its record's key; each dispatch has its own."""
+    """current_node_context() in a tool gives its record's key; a new occurrence has its own."""
     keys: list[tuple[str, str]] = []
 
     @pev.tool(effect="action")
@@ -202,9 +202,10 @@ async def test_the_idempotency_key_is_visible_inside_a_tool_and_stable_per_recor
         return litres
 
     plan = Plan(GOAL, (PlanNode("water", "pour", tool="pour", args={"litres": 1}),))
+    again = Plan(GOAL, (PlanNode("water", "pour", tool="pour", args={"litres": 1}, repeat=True),))
 
     result = await engine.run(
-        planner=ScriptedPlanner(plan, None),
+        planner=ScriptedPlanner(plan, again),
         tools=[pour],
         verifier=ScriptedVerifier(
             Verdict.failed(RECOVERY, failed_nodes=["water"]), Verdict.passed(RECOVERY)
@@ -215,6 +216,7 @@ async def test_the_idempotency_key_is_visible_inside_a_tool_and_stable_per_recor
     records = (await engine.state(result.task_id)).records
     assert [(r.id, r.idempotency_key) for r in records.values()] == keys
     assert len({key for _, key in keys}) == 2
+    assert [r.occurrence for r in records.values()] == [1, 2]
     assert all(r.status is RecordStatus.SUCCEEDED for r in records.values())
 
 

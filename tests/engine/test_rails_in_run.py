@@ -133,13 +133,19 @@ async def test_a_rail_hears_every_phase_of_a_run(engine: Engine) -> None:
 
     assert heard[0] is RailPhase.TASK_STARTED
     assert heard[-1] is RailPhase.TASK_FINISHED
-    # No evidence, no rejected plan, no approval: the scenario has none of them.
+    # No evidence, no rejected plan, no approval, no reconciliation, no effect superseded or
+    # undone: the scenario has none. Its declined local replan reuses the water it poured.
     assert set(heard) == set(RailPhase) - {
         RailPhase.EVIDENCE_CAPTURED,
         RailPhase.PLAN_REJECTED,
+        RailPhase.RECORD_RECONCILED,
         RailPhase.APPROVAL_REQUESTED,
         RailPhase.APPROVED,
         RailPhase.REJECTED,
+        RailPhase.EFFECT_SUPERSEDED,
+        RailPhase.COMPENSATION_STARTED,
+        RailPhase.COMPENSATION_FINISHED,
+        RailPhase.UNWIND_STARTED,
     }
     assert heard.count(RailPhase.REVISION_STARTED) == 2
 

@@ -34,7 +34,7 @@ CHAIN = Plan(
     (
         PlanNode("a", "fetch the can", effect="query"),
         PlanNode("b", "fill the can", after=("a",), args={"litres": 1}),
-        PlanNode("c", "pour", after=("b",)),
+        PlanNode("c", "pour", after=("b",), args={"water": {"$ref": "b"}}),
         PlanNode("d", "open the window", effect="query"),
     ),
 )
@@ -46,7 +46,7 @@ def _chain_executor() -> FunctionExecutor:
         {
             "a": lambda: "can",
             "b": lambda litres: litres,
-            "c": lambda: "poured",
+            "c": lambda water: "poured",
             "d": lambda: "open",
         }
     )
@@ -63,7 +63,7 @@ async def test_a_local_replan_redoes_the_blamed_node_and_its_dependents_only(
         GOAL,
         (
             PlanNode("b", "fill the can to the brim", after=("a",), args={"litres": 3}),
-            PlanNode("c", "pour", after=("b",)),
+            PlanNode("c", "pour", after=("b",), args={"water": {"$ref": "b"}}),
         ),
     )
     executor = _chain_executor()
@@ -83,7 +83,8 @@ async def test_a_local_replan_redoes_the_blamed_node_and_its_dependents_only(
 async def test_the_local_revision_holds_the_full_plan_and_its_redo_set(engine: Engine) -> None:
     """The second revision's plan is the whole plan (kept + replaced), its redo set is {b, c}."""
     replacement_b = PlanNode("b", "fill the can to the brim", after=("a",), args={"litres": 3})
-    replacements = Plan(GOAL, (replacement_b, PlanNode("c", "pour", after=("b",))))
+    replacement_c = PlanNode("c", "pour", after=("b",), args={"water": {"$ref": "b"}})
+    replacements = Plan(GOAL, (replacement_b, replacement_c))
 
     result = await engine.run(
         planner=ScriptedPlanner(CHAIN, replacements),
@@ -124,7 +125,7 @@ async def test_the_local_replan_request_names_the_redo_set_and_kept_results(
 async def test_a_declined_local_replan_appends_the_feedback_to_the_redo_nodes(
     engine: Engine,
 ) -> None:
-    """A planner returning None: b and c carry the feedback and run again; a and d do not."""
+    """A planner returning None: b and c carry the feedback; their calls, unchanged, are reused."""
     executor = _chain_executor()
 
     result = await engine.run(
@@ -135,7 +136,12 @@ async def test_a_declined_local_replan_appends_the_feedback_to_the_redo_nodes(
     )
 
     assert result.ok
-    assert executor.calls == {"a": 1, "b": 2, "c": 2, "d": 1}
+    assert executor.calls == {"a": 1, "b": 1, "c": 1, "d": 1}
+    state = await engine.state(result.task_id)
+    assert [(reuse.node_id, reuse.record_id) for reuse in state.reused] == [
+        ("b", "1:b"),
+        ("c", "1:c"),
+    ]
     second = (await engine.state(result.task_id)).revisions[1]
     assert second.redo == {"b", "c"}
     assert "fill it more" in second.plan.node("b").description
@@ -202,7 +208,7 @@ async def test_more_failed_nodes_than_the_local_limit_asks_for_a_global_replan(
 async def test_a_global_replan_starts_a_fresh_lineage_that_runs_every_node_again(
     engine: Engine,
 ) -> None:
-    """A global plan reusing the same ids dispatches all of them again."""
+    """A global plan of the same nodes runs its queries again; its actions reuse their effects."""
     blame_three = Verdict.failed(RECOVERY, failed_nodes=["a", "b", "c"])
     executor = _chain_executor()
 
@@ -214,7 +220,8 @@ async def test_a_global_replan_starts_a_fresh_lineage_that_runs_every_node_again
     )
 
     state = await engine.state(result.task_id)
-    assert executor.calls == {"a": 2, "b": 2, "c": 2, "d": 2}
+    assert executor.calls == {"a": 2, "b": 1, "c": 1, "d": 2}
+    assert [reuse.node_id for reuse in state.reused] == ["b", "c"]
     assert [revision.kind for revision in state.revisions] == [
         RevisionKind.INITIAL,
         RevisionKind.GLOBAL,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -255,8 +256,8 @@ async def test_an_action_reconcile_cannot_settle_is_unknown(
     assert (result.status, result.reason) == (TaskStatus.PARTIAL, TerminalReason.DEVICE_FAILURE)
 
 
-async def test_an_unfinished_query_without_reconcile_fails(store: Store) -> None:
-    """A pending query becomes failed, not unknown (it changed nothing), and is not re-run."""
+async def test_an_unfinished_query_without_reconcile_runs_again(store: Store) -> None:
+    """A pending query is ended cancelled (it changed nothing) and dispatched again, anew."""
     pending = await crashed_mid_node(store, "look")
     runner = executor()
 
@@ -270,11 +271,57 @@ async def test_an_unfinished_query_without_reconcile_fails(store: Store) -> None
 
     state, entries = await history(store)
     [settled] = settled_on_resume(entries)
-    assert (settled.record_id, settled.status) == (pending.id, RecordStatus.FAILED)
+    assert (settled.record_id, settled.status, settled.result) == (
+        pending.id,
+        RecordStatus.CANCELLED,
+        None,
+    )
+    looks = [record for record in state.records.values() if record.node_id == "look"]
+    assert [(r.id, r.status) for r in looks] == [
+        (pending.id, RecordStatus.CANCELLED),
+        (RecordId("1:look.2"), RecordStatus.SUCCEEDED),
+    ]
+    assert runner.calls == {"look": 1, "move": 1, "report": 1}
+    assert (result.status, result.reason) == (TaskStatus.SUCCEEDED, TerminalReason.PASSED)
+
+
+async def test_a_query_cut_short_too_often_fails_as_a_device_failure(store: Store) -> None:
+    """A query a crash cut short three times in a revision is settled failed, not run a fourth."""
+    pending = await crashed_mid_node(store, "look")
+    ledger = Ledger(store)
+    record = pending
+    for again in (2, 3):
+        previous = record
+        await ledger.append(
+            TASK,
+            [
+                NodeFinished(
+                    record_id=previous.id,
+                    status=RecordStatus.CANCELLED,
+                    result=None,
+                    at=utc_now(),
+                    settled_on_resume=True,
+                )
+            ],
+        )
+        record = replace(previous, id=RecordId(f"{pending.id}.{again}"))
+        await ledger.append(TASK, [NodeDispatched(record=record)])
+    runner = executor()
+
+    result = await resume(
+        TASK,
+        store=store,
+        planner=ScriptedPlanner(),
+        executor=runner,
+        verifier=ScriptedVerifier(blame_unfinished),
+    )
+
+    _, entries = await history(store)
+    settled = settled_on_resume(entries)[-1]
+    assert (settled.record_id, settled.status) == (record.id, RecordStatus.FAILED)
     assert isinstance(settled.result, DeviceFailure)
-    assert not settled.result.outcome_unknown
+    assert "3 times" in settled.result.error
     assert runner.calls == {}
-    assert {s.node_id for s in state.skipped} == {"move", "report"}
     assert result.status is TaskStatus.PARTIAL
     assert result.diagnosis is not None
     assert result.diagnosis.cause is RootCause.DEVICE_FAILURE
@@ -450,7 +497,7 @@ async def test_a_crash_while_replanning_asks_the_planner_again_for_free(store: S
     assert [r.kind for r in planner.requests] == [RevisionKind.LOCAL]
     assert planner.requests[0].redo_nodes == {"move", "report"}  # the blamed node, downstream
     assert state.replans_used == 1
-    assert runner.calls == {"move": 1, "report": 1}
+    assert runner.calls == {"report": 1}  # the move took effect: reused, not sent again
     assert (result.ok, result.revisions) == (True, 2)
 
 

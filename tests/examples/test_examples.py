@@ -16,9 +16,10 @@ import pytest
 import pev
 from pev.engine import PlanRequest
 from pev.kernel import LocalReplan, RootCause, TaskStatus, TerminalReason
-from pev.ledger import Ledger, RevisionKind, TaskState
+from pev.ledger import EffectStatus, Ledger, RevisionKind, TaskEffect, TaskState
 from pev.model import (
     CriterionStatus,
+    RecordId,
     RecordStatus,
     Success,
     VerdictStatus,
@@ -26,6 +27,7 @@ from pev.model import (
     VerifierFailure,
 )
 from pev.policy import RecoveryPolicy
+from pev.stores import SQLiteStore
 from pev.testing import MemoryStore
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -182,10 +184,24 @@ async def test_weather_verifier_blames_a_report_that_misstates_the_high() -> Non
 
 ClaimsRun = tuple[pev.RunResult, TaskState, Ledger, list[PlanRequest]]
 
+POL_77_ACCOUNT = "GB33 BUKB 2020 1555 5555 55"
+POL_88_ACCOUNT = "PT50 0002 0123 1234 5678 9015 4"
+NEW_ACCOUNT = "NL91 ABNA 0417 1643 00"
 
-@pytest.fixture
-async def claims_run() -> ClaimsRun:
-    """CLM-1042 run once, with every request the planner was given."""
+
+@pytest.fixture(autouse=True)
+def fresh_books() -> None:
+    """Each test starts with the claims system's payment ledger empty (it numbers payments)."""
+    claims.PAYMENTS.clear()
+
+
+def _books() -> list[tuple[str, str, float, str]]:
+    """The claims system's own payment ledger: (entry, payment id, amount, account)."""
+    return [(e["entry"], e["payment_id"], e["amount"], e["account"]) for e in claims.PAYMENTS]
+
+
+async def _claim_run(claim_id: str) -> ClaimsRun:
+    """A claim settled once, with every request the planner was given."""
     requests: list[PlanRequest] = []
 
     def recording_planner(request: PlanRequest) -> Any:
@@ -193,9 +209,15 @@ async def claims_run() -> ClaimsRun:
         return claims.planner(request)
 
     result, state, ledger = await _run(
-        claims, CLAIMS_TOOLS, {"claim_id": "CLM-1042"}, planner=recording_planner
+        claims, CLAIMS_TOOLS, {"claim_id": claim_id}, planner=recording_planner
     )
     return result, state, ledger, requests
+
+
+@pytest.fixture
+async def claims_run() -> ClaimsRun:
+    """CLM-1042 run once, with every request the planner was given."""
+    return await _claim_run("CLM-1042")
 
 
 CLAIMS_FEEDBACK = (
@@ -330,6 +352,16 @@ async def test_claims_end_succeeded_with_the_reduced_payout(claims_run: ClaimsRu
     assert (await ledger.verify(result.task_id)).ok
 
 
+async def test_claims_pays_once_into_the_account_on_file(claims_run: ClaimsRun) -> None:
+    """CLM-1042's payment is the claims system's only entry: 4000.00, on file, nothing refunded."""
+    result, state, _, _ = claims_run
+
+    assert _books() == [("payment", "PAY-CLM-1042", 4000.0, POL_77_ACCOUNT)]
+    [effect] = result.effects
+    assert (effect.node_id, effect.compensated, effect.superseded) == ("payment", False, None)
+    assert not [e for e in state.effects.values() if e.compensation is not None]
+
+
 async def test_claims_planner_that_ignores_the_feedback_runs_out_of_budget() -> None:
     """Without the verdict, the planner repeats the lure until the budget is spent, unpaid."""
 
@@ -361,6 +393,124 @@ async def test_claims_uncovered_peril_is_judged_unreachable() -> None:
     assert verdict.status is VerdictStatus.FAILURE
     assert verdict.feedback == "POL-77 does not cover flood"
     assert [s.node_id for s in state.skipped] == ["payment"]
+    assert _books() == []
+
+
+CLAIM_3003_FEEDBACK = (
+    f"1800.00 was paid into {NEW_ACCOUNT}, which is not the account on POL-88 "
+    f"({POL_88_ACCOUNT}); pay the account on file"
+)
+
+
+@pytest.fixture
+async def wrong_account_run() -> ClaimsRun:
+    """CLM-3003 run once, with every request the planner was given."""
+    return await _claim_run("CLM-3003")
+
+
+async def test_claims_wrong_account_passes_the_coverage_check_and_is_paid(
+    wrong_account_run: ClaimsRun,
+) -> None:
+    """CLM-3003's note names a new account: the amount is right, so the check lets it through."""
+    _, state, _, _ = wrong_account_run
+
+    first = {
+        state.records[rid].node_id: result
+        for rid, result in state.results.items()
+        if state.records[rid].revision == 1
+    }
+    assert first["coverage"] == Success(
+        {"covered": True, "peril": "theft", "approved_amount": 1800.0}
+    )
+    assert first["payment"] == Success(
+        {
+            "payment_id": "PAY-CLM-3003",
+            "claim_id": "CLM-3003",
+            "amount": 1800.0,
+            "status": "issued",
+            "account": NEW_ACCOUNT,
+        }
+    )
+
+
+async def test_claims_verifier_blames_the_payment_into_the_wrong_account(
+    wrong_account_run: ClaimsRun,
+) -> None:
+    """The verifier checks the account against the policy, blames `payment`; a local replan."""
+    _, state, _, requests = wrong_account_run
+
+    first = state.verdicts[0].verdict
+    assert first is not None
+    assert first.failed_nodes == {"payment"}
+    assert first.feedback == CLAIM_3003_FEEDBACK
+    assert first.unmet_criteria == (claims.PAID,)
+    assert state.decisions[0].decision == LocalReplan(frozenset({"payment"}), CLAIM_3003_FEEDBACK)
+    assert [request.kind for request in requests] == [RevisionKind.INITIAL, RevisionKind.LOCAL]
+    assert requests[1].redo_nodes == {"payment"}
+    payment = state.revisions[1].plan.node("payment")
+    assert payment.args["account"] == {"$ref": "policy.settlement_account"}
+    assert CLAIM_3003_FEEDBACK in payment.description
+
+
+async def test_claims_wrong_payment_is_refunded_before_the_right_one_once(
+    wrong_account_run: ClaimsRun,
+) -> None:
+    """The claims system's ledger: pay wrong, refund wrong (the compensation's key), pay right."""
+    result, _, _, _ = wrong_account_run
+
+    assert (result.status, result.reason, result.revisions) == (
+        TaskStatus.SUCCEEDED,
+        TerminalReason.PASSED,
+        2,
+    )
+    assert _books() == [
+        ("payment", "PAY-CLM-3003", 1800.0, NEW_ACCOUNT),
+        ("refund", "PAY-CLM-3003", 1800.0, NEW_ACCOUNT),
+        ("payment", "PAY-CLM-3003-2", 1800.0, POL_88_ACCOUNT),
+    ]
+    wrong, right = result.effects
+    assert (wrong.compensated, wrong.superseded, right.compensated) == (True, 2, False)
+    assert [e["key"] for e in claims.PAYMENTS] == [
+        wrong.key,
+        f"{wrong.key}/compensate",
+        right.key,
+    ]
+    assert result.outputs["payment"]["account"] == POL_88_ACCOUNT
+
+
+async def test_claims_ledger_tells_the_compensation_in_order(wrong_account_run: ClaimsRun) -> None:
+    """Superseded, compensated, then paid again: the wrong payment is undone first."""
+    result, _, ledger, _ = wrong_account_run
+
+    kinds = [entry.event.kind for entry in await ledger.entries(result.task_id)]
+    tail = kinds[kinds.index("effect_superseded") :]
+    assert tail[:3] == ["effect_superseded", "compensation_dispatched", "effect_compensated"]
+    assert tail.index("effect_compensated") < tail.index("node_dispatched")
+    assert kinds.count("effect_compensated") == 1
+    assert (await ledger.verify(result.task_id)).ok
+
+
+def test_claims_refund_refuses_a_payment_it_does_not_know() -> None:
+    """A compensation that finds no payment raises: pev records the effect as left in place."""
+    effect = dataclasses.replace(
+        _effect_of_payment(), result=Success({"payment_id": "PAY-NOWHERE"})
+    )
+    with pytest.raises(LookupError, match="no payment 'PAY-NOWHERE' to refund"):
+        claims.refund_payment(effect)
+
+
+def _effect_of_payment() -> TaskEffect:
+    return TaskEffect(
+        record_id=RecordId("1:payment"),
+        node_id="payment",
+        revision=1,
+        tool="issue_payment",
+        args=None,
+        args_digest="d",
+        occurrence=1,
+        key="t/issue_payment/d/1",
+        status=EffectStatus.SUCCEEDED,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,11 +547,43 @@ async def test_task_file_matches_its_agent(name: str, agent: ModuleType, tools: 
     assert result.ok
 
 
+async def test_claims_task_file_compensates_through_the_command_line(tmp_path: Path) -> None:
+    """`pev run` of the task file for CLM-3003: the tool rebuilt from its import path keeps its
+    compensate, and the wrong payment is refunded before the right one."""
+    text = (EXAMPLES / "claims" / "task.toml").read_text(encoding="utf-8")
+    task_file = tmp_path / "task.toml"
+    task_file.write_text(text.replace('"CLM-1042"', '"CLM-3003"'), encoding="utf-8")
+    (tmp_path / "agent.py").write_text(
+        (EXAMPLES / "claims" / "agent.py").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    db = tmp_path / "ledger.db"
+    ran = subprocess.run(
+        [sys.executable, "-m", "pev", "--db", str(db), "run", str(task_file), "--quiet"],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    task_id = ran.stdout.strip().split()[1].rstrip(":")
+    store = SQLiteStore(db)
+    try:
+        state = await Ledger(store).state(task_id)
+    finally:
+        await store.close()
+    wrong, right = state.effects.values()
+    assert (wrong.compensated, right.compensated) == (True, False)
+    assert wrong.value["account"] == NEW_ACCOUNT  # type: ignore[index]
+    assert right.value["account"] == POL_88_ACCOUNT  # type: ignore[index]
+
+
 @pytest.mark.parametrize(
-    ("name", "expected"),
+    ("name", "args", "expected"),
     [
         pytest.param(
             "weather",
+            [],
             [
                 "status: succeeded (passed) after 1 revision(s)",
                 (
@@ -413,6 +595,7 @@ async def test_task_file_matches_its_agent(name: str, agent: ModuleType, tools: 
         ),
         pytest.param(
             "claims",
+            [],
             [
                 "  payment: skipped (blocked by coverage)",
                 "  verdict: replan_required, blames payout",
@@ -424,15 +607,37 @@ async def test_task_file_matches_its_agent(name: str, agent: ModuleType, tools: 
                     'paid: {"amount":4000.0,"claim_id":"CLM-1042","payment_id":"PAY-CLM-1042",'
                     '"status":"issued"}'
                 ),
+                "the claims system's payment ledger:",
+                f"  paid 4000.00 into {POL_77_ACCOUNT} (PAY-CLM-1042)",
             ],
             id="claims",
         ),
+        pytest.param(
+            "claims",
+            ["CLM-3003"],
+            [
+                "  verdict: replan_required, blames payment",
+                "  decision: local replan of payment",
+                "revision 2 (local, redo ['payment'])",
+                (
+                    "  superseded: record 1:payment, as revision 2 redoes node 'payment' with "
+                    "another call"
+                ),
+                "  compensating record 1:payment: undo:1:payment sent",
+                "status: succeeded (passed) after 2 revision(s)",
+                "the claims system's payment ledger:",
+                f"  paid 1800.00 into {NEW_ACCOUNT} (PAY-CLM-3003)",
+                f"  refunded PAY-CLM-3003: 1800.00 back from {NEW_ACCOUNT}",
+                f"  paid 1800.00 into {POL_88_ACCOUNT} (PAY-CLM-3003-2)",
+            ],
+            id="claims-3003",
+        ),
     ],
 )
-def test_run_script_prints_the_result(name: str, expected: list[str]) -> None:
+def test_run_script_prints_the_result(name: str, args: list[str], expected: list[str]) -> None:
     """`python examples/<name>/run.py` exits 0 and prints how the task ended."""
     done = subprocess.run(
-        [sys.executable, "-W", "error", str(EXAMPLES / name / "run.py")],
+        [sys.executable, "-W", "error", str(EXAMPLES / name / "run.py"), *args],
         capture_output=True,
         text=True,
         encoding="utf-8",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,18 @@ PLAN = Plan(
             tool="submit",
             args={"claim": "CLM-7781", "amount": 1250.5, "note": "kitchen flood"},
             after=("find_policy",),
+        ),
+    ),
+)
+
+# The local replan of a claim filed to the wrong desk: the same claim, to the claims desk.
+REFILED = Plan(
+    CONTRACT.goal,
+    (
+        PLAN.nodes[0],
+        replace(
+            PLAN.nodes[1],
+            args={"claim": "CLM-7781", "amount": 1250.5, "note": "kitchen flood; claims desk"},
         ),
     ),
 )
@@ -86,7 +99,8 @@ class Claims:
         return await self._run(input, ScriptedVerifier.passing(), **options)
 
     async def mixed(self, input: object = "claim 1", **options: Any) -> TaskState:  # noqa: A002
-        """The verifier blames ``file_claim`` once (a plan error), then passes."""
+        """The verifier blames ``file_claim`` once (a plan error); it is filed again, passes."""
+        options.setdefault("planner", ScriptedPlanner(PLAN, REFILED))
         verifier = ScriptedVerifier(
             lambda request: Verdict.failed(
                 request.contract, failed_nodes=["file_claim"], feedback="filed to the wrong desk"

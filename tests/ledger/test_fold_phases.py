@@ -43,7 +43,7 @@ from pev.ledger import (
     replay,
     seal,
 )
-from pev.ledger._phases import SETTLED_ON_RESUME
+from pev.ledger._phases import COMPENSATION_SETTLED_ON_RESUME, SETTLED_ON_RESUME
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,13 @@ class Row:
     moves_to: TaskPhase | None = None  # None: the phase stays as it was
 
 
-# The transition table of the fold, one row per event kind (NodeFinished twice: live and resume).
-# The events are the parcel task's (tests/support/phases.py); the phases are stated here, apart
-# from the code's own tables.
+# Where a compensation ends: before a revision dispatches (executing), while the task unwinds
+# (compensating), and after a cancel cut in (cancelling); it is dispatched only in the first two.
+COMPENSATION_ENDS = frozenset({TaskPhase.EXECUTING, TaskPhase.COMPENSATING, TaskPhase.CANCELLING})
+
+# The transition table of the fold, one row per event kind (NodeFinished and CompensationFailed
+# twice: live and resume). The events are the parcel task's (tests/support/phases.py); the phases
+# are stated here, apart from the code's own tables.
 TABLE = {
     "task_created": Row(EVENTS["task_created"], frozenset()),
     "replan_started": Row(
@@ -78,6 +82,18 @@ TABLE = {
     "node_skipped": Row(
         EVENTS["node_skipped"], frozenset({TaskPhase.EXECUTING, TaskPhase.CANCELLING})
     ),
+    "node_reused": Row(EVENTS["node_reused"], frozenset({TaskPhase.EXECUTING})),
+    "effect_superseded": Row(EVENTS["effect_superseded"], frozenset({TaskPhase.EXECUTING})),
+    "compensation_dispatched": Row(
+        EVENTS["compensation_dispatched"],
+        frozenset({TaskPhase.EXECUTING, TaskPhase.COMPENSATING}),
+    ),
+    "effect_compensated": Row(EVENTS["effect_compensated"], COMPENSATION_ENDS),
+    "compensation_failed": Row(EVENTS["compensation_failed"], COMPENSATION_ENDS),
+    "compensation_failed_on_resume": Row(EVENTS[COMPENSATION_SETTLED_ON_RESUME], ACTIVE),
+    "unwind_started": Row(
+        EVENTS["unwind_started"], ACTIVE - {TaskPhase.COMPENSATING}, TaskPhase.COMPENSATING
+    ),
     "record_reconciled": Row(EVENTS["record_reconciled"], ACTIVE),
     "evidence_captured": Row(EVENTS["evidence_captured"], ACTIVE),
     "capture_failed": Row(EVENTS["capture_failed"], ACTIVE),
@@ -92,8 +108,11 @@ TABLE = {
         frozenset({TaskPhase.VERIFYING, TaskPhase.PLANNING}),
         TaskPhase.AWAITING_REPLAN,
     ),
+    # A task is asked to stop once, and one that unwinds its effects is already ending.
     "cancel_requested": Row(
-        EVENTS["cancel_requested"], ACTIVE - {TaskPhase.CANCELLING}, TaskPhase.CANCELLING
+        EVENTS["cancel_requested"],
+        ACTIVE - {TaskPhase.CANCELLING, TaskPhase.COMPENSATING},
+        TaskPhase.CANCELLING,
     ),
     "driver_started": Row(EVENTS["driver_started"], ACTIVE),
     "approval_requested": Row(

@@ -23,9 +23,9 @@ from pev.model import (
 
 def test_node_dispatched_adds_a_pending_record() -> None:
     """node_dispatched stores the record as given, under its id."""
-    state = fold(*EXECUTING, dispatched("r3", "c"))
-    assert state.records[RecordId("r3")] == record("r3", "c")
-    assert list(state.records) == ["r1", "r2", "r3"]
+    state = fold(*EXECUTING, dispatched("r6", "c"))
+    assert state.records[RecordId("r6")] == record("r6", "c")
+    assert list(state.records) == ["r1", "r2", "r3", "r4", "r6"]
 
 
 @pytest.mark.parametrize(
@@ -36,15 +36,15 @@ def test_node_dispatched_adds_a_pending_record() -> None:
 def test_node_dispatched_must_be_pending(status: RecordStatus) -> None:
     """A record is committed as pending before the tool is called; any other status is refused."""
     with pytest.raises(StateError, match="pending"):
-        fold(*EXECUTING, NodeDispatched(record=record("r3", "c", status=status)))
+        fold(*EXECUTING, NodeDispatched(record=record("r6", "c", status=status)))
 
 
 @pytest.mark.parametrize(
     ("event", "message"),
     [
         pytest.param(dispatched("r1", "a"), "already exists", id="duplicate-id"),
-        pytest.param(dispatched("r3", "zz"), "not in the current plan", id="unknown-node"),
-        pytest.param(dispatched("r3", "c", revision=2), "names revision 2", id="wrong-revision"),
+        pytest.param(dispatched("r6", "zz"), "not in the current plan", id="unknown-node"),
+        pytest.param(dispatched("r6", "c", revision=2), "names revision 2", id="wrong-revision"),
     ],
 )
 def test_node_dispatched_refuses_a_record_that_does_not_fit(event: Event, message: str) -> None:
@@ -55,7 +55,7 @@ def test_node_dispatched_refuses_a_record_that_does_not_fit(event: Event, messag
 
 def test_node_dispatched_refuses_a_record_of_another_task() -> None:
     """A record whose task id is not the task's is refused."""
-    other = record("r3", "c", task_id="someone-else", tool="report", idempotency_key="k")
+    other = record("r6", "c", task_id="someone-else", tool="report", idempotency_key="k")
     with pytest.raises(StateError, match="belongs to task"):
         fold(*EXECUTING, NodeDispatched(record=other))
 

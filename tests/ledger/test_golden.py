@@ -19,6 +19,7 @@ import pytest
 from pev import codec
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
+    EffectStatus,
     Ledger,
     LedgerEntry,
     Store,
@@ -106,6 +107,33 @@ def test_golden_every_prefix_folds(name: str) -> None:
     stored = entries(name)
     for count in range(1, len(stored) + 1):
         assert replay(stored[:count]).event_count == count
+
+
+# The effects each recorded history folds to, written before records kept occurrences and args:
+# (record, occurrence, args) per effect, all succeeded. An action's args come from its node,
+# except where they held a $ref (grab's target); place, redone in a local revision, is the
+# second occurrence of its call there.
+GOLDEN_EFFECTS: dict[str, list[tuple[str, int, dict[str, Any] | None]]] = {
+    "happy_path": [("rec-2", 1, None), ("rec-3", 1, {})],
+    "local_replan_then_pass": [("rec-2", 1, None), ("rec-3", 1, {}), ("rec-4", 2, {})],
+    "device_failure_partial": [],
+    "rejected_plan_budget_exhausted": [],
+    "replan_deadline_expired": [("rec-2", 1, None), ("rec-3", 1, {})],
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_replays_with_its_effects(name: str) -> None:
+    """Older ledgers read with their actions as effects, numbered in order, keyed as recorded."""
+    state = replay(entries(name))
+    effects = list(state.effects.values())
+    assert [(item.record_id, item.occurrence, item.args) for item in effects] == GOLDEN_EFFECTS[
+        name
+    ]
+    assert all(item.status is EffectStatus.SUCCEEDED for item in effects)
+    assert [item.key for item in effects] == [
+        state.records[item.record_id].idempotency_key for item in effects
+    ]
 
 
 def _store(kind: str, tmp_path: Path) -> Store:

@@ -1,4 +1,4 @@
-"""RFC 8785 (JCS) canonical JSON: numbers, key order, strings, bounds, and typed values.
+"""RFC 8785 (JCS) canonical JSON: numbers, exact integers, key order, strings, typed values.
 
 The text new ledger events are sealed over (docs/ledger-format.md); its properties over random
 values are in test_properties_jcs.py.
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from pev import codec
-from pev._jcs import MAX_SAFE_INTEGER, jcs_float, jcs_json, utf16_sorted
+from pev._jcs import MAX_INTEGER_DIGITS, jcs_float, jcs_json, utf16_sorted
 from pev._json import JsonObject, freeze_json
 from pev.errors import CodecError
 from pev.policy import RecoveryPolicy
@@ -74,24 +74,57 @@ def test_the_rfc_example_object_is_written_as_the_rfc_writes_it() -> None:
     assert keys == ["\r", "1", "\u0080", "\u00f6", "\u20ac", "\U0001f600", "\ufb33"]
 
 
-def test_an_integer_beyond_the_safe_range_is_refused_with_the_way_out() -> None:
-    """2**53 has no exact JCS number: the error says to pass it as a string."""
-    assert jcs_json(MAX_SAFE_INTEGER) == "9007199254740991"
-    with pytest.raises(CodecError, match="pass such numbers as strings"):
-        jcs_json({"id": MAX_SAFE_INTEGER + 1})
-    with pytest.raises(CodecError, match="as strings"):
-        codec.dumps_jcs([-(MAX_SAFE_INTEGER + 1)])
+BIG_INTEGERS = [
+    pytest.param(2**53, "9007199254740992", id="2**53"),
+    pytest.param(-(2**53) - 1, "-9007199254740993", id="-2**53-1"),
+    pytest.param(9876543210123456, "9876543210123456", id="snowflake"),
+    pytest.param(2**63 - 1, "9223372036854775807", id="2**63-1"),
+    pytest.param(-(2**63), "-9223372036854775808", id="-2**63"),
+    pytest.param(2**64 + 1, "18446744073709551617", id="2**64+1"),
+    pytest.param(-(10**39 + 7), "-1000000000000000000000000000000000000007", id="40-digits"),
+]
 
 
-def test_a_huge_integer_is_named_by_its_size() -> None:
-    """A 5,000-digit integer is refused without Python's own digit limit getting in the way."""
-    with pytest.raises(CodecError, match="of 5000 digits"):
-        codec.dumps_jcs(10**4999)
+@pytest.mark.parametrize(("value", "text"), BIG_INTEGERS)
+def test_an_integer_beyond_the_double_range_is_written_exactly(value: int, text: str) -> None:
+    """pev's rule: an integer is its exact decimal digits, of any size, on both ways of writing."""
+    assert jcs_json(value) == text
+    assert codec.dumps_jcs({"id": [value]}) == f'{{"id":[{text}]}}'
 
 
-def test_digests_write_big_integers_in_full() -> None:
-    """For a digest (never stored) an integer beyond the bound is written, not refused."""
-    assert jcs_json(2**60, any_integer=True) == str(2**60)
+@pytest.mark.parametrize(("value", "text"), BIG_INTEGERS)
+def test_an_integer_beyond_the_double_range_reads_back_exactly(value: int, text: str) -> None:
+    """A number without a fraction or an exponent reads back as the integer it spells."""
+    back = codec.loads(f'{{"id":{text}}}', JsonObject, jcs=True)
+    assert (back["id"], type(back["id"])) == (value, int)
+    assert codec.loads(text, int, jcs=True) == value
+
+
+def test_an_integer_of_the_most_digits_round_trips() -> None:
+    """An integer of MAX_INTEGER_DIGITS digits is written and read back exactly."""
+    largest = -(10**MAX_INTEGER_DIGITS - 1)
+    text = codec.dumps_jcs([largest])
+    assert len(text) == MAX_INTEGER_DIGITS + 3  # "[", "-" and "]"
+    assert codec.loads(text, tuple[int, ...], jcs=True) == (largest,)
+
+
+def test_an_integer_of_more_digits_is_refused_with_the_way_out() -> None:
+    """One digit more is refused, named by its size, saying to pass it as a string."""
+    with pytest.raises(CodecError, match=r"of about 641 digits .* pass such numbers as strings"):
+        codec.dumps_jcs({"id": 10**MAX_INTEGER_DIGITS})
+    with pytest.raises(CodecError, match="of about 5000 digits"):
+        codec.dumps_jcs(-(10**4999))
+
+
+def test_a_text_with_an_integer_of_more_digits_does_not_read() -> None:
+    """Reading refuses an integer past MAX_INTEGER_DIGITS digits, naming how many it has."""
+    with pytest.raises(CodecError, match="an integer of 641 digits, more than the 640"):
+        codec.loads("[-1" + "0" * 640 + "]", object, jcs=True)
+
+
+def test_digests_write_integers_of_any_size() -> None:
+    """For a digest (never stored) an integer past the most digits is written, not refused."""
+    assert jcs_json(10**700, any_integer=True) == str(10**700)
 
 
 def test_typed_values_are_written_in_jcs_form() -> None:
@@ -120,13 +153,21 @@ def test_json_values_read_back_as_equal_values() -> None:
     assert codec.dumps_jcs(back) == codec.dumps_jcs(value)
 
 
-def test_a_big_integral_float_reads_back_as_that_float() -> None:
-    """1e20 is written 100000000000000000000 and read back by JCS rules as the float 1e20."""
+def test_a_big_integral_float_reads_back_as_the_integer_of_its_text() -> None:
+    """1e20 is written 100000000000000000000, which reads back as that integer, text unchanged."""
     text = codec.dumps_jcs({"far": 1e20, "id": 7})
     assert text == '{"far":100000000000000000000,"id":7}'
     back: JsonObject = codec.loads(text, JsonObject, jcs=True)
-    assert (back["far"], type(back["far"]), back["id"], type(back["id"])) == (1e20, float, 7, int)
+    assert (back["far"], type(back["far"]), back["id"]) == (10**20, int, 7)
     assert codec.dumps_jcs(back) == text
+    assert back == freeze_json({"far": 1e20, "id": 7})
+
+
+def test_a_float_field_reads_back_from_a_big_integral_text() -> None:
+    """2.0**64 is written 18446744073709552000, and a float field reads that back as 2.0**64."""
+    text = codec.dumps_jcs(2.0**64)
+    assert text == "18446744073709552000"
+    assert codec.loads(text, float, jcs=True) == 2.0**64
 
 
 def test_times_are_written_in_utc_with_z() -> None:

@@ -2,7 +2,8 @@
 
 It was written from docs/ledger-format.md alone, with no pev code and no npm packages, so these
 tests show that the format document says enough to verify a chain: the golden ledgers (schema 1),
-fresh ones exported with `pev ledger export` (schema 2, and schema 3 with the key), and that it
+fresh ones exported with `pev ledger export` (schema 2, and schema 3 with the key), a pinned one
+holding integers beyond ±(2**53-1) (js/big_integers.jsonl, exact digits under §3.3), and that it
 rejects a changed value, a changed time, a dropped, a moved and a dropped last event.
 
 Skipped where ``node`` is not on PATH; failed instead under ``CI=true``.
@@ -23,6 +24,7 @@ from click.testing import CliRunner
 from tests.support import builders
 from tests.support.builders import T0
 
+from pev import codec
 from pev.cli import cli
 from pev.ledger import (
     LEDGER_KEY_ENV,
@@ -49,12 +51,32 @@ from pev.testing import FakeClock
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "js" / "verify_ledger.mjs"
 GOLDEN = HERE / "golden"
+PINNED = HERE / "js" / "big_integers.jsonl"
 NAMES = sorted(path.stem for path in GOLDEN.glob("*.jsonl"))
 KEY = "a key for the verifier"
 TASK = "fresh-τ-task"
 
+# Integers past ±(2**53-1), most of which no double holds (RFC 8785 alone would change their
+# text), and an integral double beyond that range, whose text the rule keeps (§3.3).
+BIG_INTS = [
+    2**53,
+    2**53 + 1,
+    -(2**53) - 1,
+    9876543210123457,
+    2**63 - 1,
+    -(2**63),
+    2**64 + 1,
+    -(2**64 + 1),
+    10**39 + 7,
+    -(10**39 + 7),
+]
+BIG: list[JsonValue] = [*BIG_INTS, 1e20]
+PINNED_TASK = "big-integers"
+PINNED_VALUES: dict[str, JsonValue] = {"ids": BIG, "id": {"snowflake": 9876543210123456}}
+
 # Values whose canonical text differs between forms: integral, signed-zero, tiny and huge
-# floats, control characters, non-ASCII and astral text, keys that sort differently in UTF-16.
+# floats, big integers, control characters, non-ASCII and astral text, keys that sort
+# differently in UTF-16.
 AWKWARD: dict[str, JsonValue] = {
     "floats": [1.0, -0.0, 1e-7, 1e21, 1e20, 0.1 + 0.2, 5e-324, 2.5, -1.5e-10],
     "text": 'Grüße 😀 "quoted" back\\slash \u2028 tab\t nul\x00 del\x7f',
@@ -62,6 +84,7 @@ AWKWARD: dict[str, JsonValue] = {
     "\ufb01": "ligature key",
     "nested": {"deep": [[[{"z": None, "a": True}]]], "empty": {}, "list": []},
     "ints": [0, -7, 9007199254740991],
+    "big ints": BIG,
 }
 
 
@@ -108,25 +131,30 @@ def _lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").removesuffix("\n").split("\n")
 
 
-async def _write_fresh(db: Path, *, key: str | None) -> None:
-    """A task of awkward values written by a ledger today, with ``key`` or without."""
+async def _write_fresh(
+    db: Path, *, key: str | None, values: JsonValue = AWKWARD, task: str = TASK
+) -> None:
+    """A task of awkward ``values`` written by a ledger today, with ``key`` or without.
+
+    (``values=PINNED_VALUES, task=PINNED_TASK`` wrote js/big_integers.jsonl.)
+    """
     store = SQLiteStore(db)
     try:
         ledger = Ledger(store, clock=FakeClock(T0, step=timedelta(milliseconds=7)), key=key)
-        await ledger.create(AWKWARD, task_id=TASK)
+        await ledger.create(values, task_id=task)
         plan = Plan(
-            "put the cube in the tray", (PlanNode("a", "move it", tool="arm", args=AWKWARD),)
+            "put the cube in the tray", (PlanNode("a", "move it", tool="arm", args=values),)
         )
-        record = builders.record("r1", "a", task_id=TASK)
-        await ledger.append(TASK, [builders.revision(1, plan=plan), NodeDispatched(record=record)])
+        record = builders.record("r1", "a", task_id=task)
+        await ledger.append(task, [builders.revision(1, plan=plan), NodeDispatched(record=record)])
         done = NodeFinished(
-            record_id=RecordId("r1"), status=RecordStatus.SUCCEEDED, result=Success(AWKWARD), at=T0
+            record_id=RecordId("r1"), status=RecordStatus.SUCCEEDED, result=Success(values), at=T0
         )
-        await ledger.append(TASK, [done])
+        await ledger.append(task, [done])
         for error in ("camera offline", "lens fogged", "still fogged"):
             capture = CaptureFailed(revision=1, phase=EvidencePhase.AFTER, error=error)
-            await ledger.append(TASK, [capture])
-        assert (await ledger.verify(TASK)).ok
+            await ledger.append(task, [capture])
+        assert (await ledger.verify(task)).ok
     finally:
         await store.close()
 
@@ -167,15 +195,10 @@ def test_every_golden_ledger_verifies(node: str, name: str) -> None:
     assert (code, line.split(":")[0]) == (0, "ok"), line
 
 
-def test_export_writes_the_golden_format(tmp_path: Path) -> None:
-    """A golden ledger loaded into a store is exported as the very lines it was recorded in."""
-    lines = (GOLDEN / "happy_path.jsonl").read_text(encoding="utf-8").splitlines()
-    entries = [json.loads(line) for line in lines]
-    db = tmp_path / "golden.db"
+def _load(db: Path, lines: list[str]) -> None:
+    """Exported lines, decoded, written into a SQLite ledger at ``db`` (its index as well)."""
 
     async def load() -> None:
-        from pev import codec
-
         decoded: list[LedgerEntry] = [codec.loads(line, LedgerEntry) for line in lines]
         store = SQLiteStore(db)
         try:
@@ -184,7 +207,14 @@ def test_export_writes_the_golden_format(tmp_path: Path) -> None:
             await store.close()
 
     asyncio.run(load())
-    assert _export(db, entries[0]["task_id"], tmp_path / "out.jsonl") == lines
+
+
+def test_export_writes_the_golden_format(tmp_path: Path) -> None:
+    """A golden ledger loaded into a store is exported as the very lines it was recorded in."""
+    lines = (GOLDEN / "happy_path.jsonl").read_text(encoding="utf-8").splitlines()
+    db = tmp_path / "golden.db"
+    _load(db, lines)
+    assert _export(db, json.loads(lines[0])["task_id"], tmp_path / "out.jsonl") == lines
 
 
 def test_a_fresh_ledger_verifies(node: str, fresh: Path) -> None:
@@ -195,6 +225,65 @@ def test_a_fresh_ledger_verifies(node: str, fresh: Path) -> None:
     assert "1.0" not in lines[0]
     code, line = _js(node, fresh)
     assert (code, line) == (0, f"ok: 7 events of task {TASK} verified (0 sealed with the key)")
+
+
+def test_the_pinned_big_integer_ledger_verifies(node: str) -> None:
+    """Integers past ±(2**53-1), 64-bit and 40-digit ones, verify in JavaScript (§3.3)."""
+    assert _js(node, PINNED) == (
+        0,
+        "ok: 7 events of task big-integers verified (0 sealed with the key)",
+    )
+
+
+def test_the_pinned_big_integer_ledger_reads_back_exactly(tmp_path: Path) -> None:
+    """pev reads the pinned ledger, verifies it, folds its integers exactly, writes its bytes."""
+    lines = _lines(PINNED)
+    db = tmp_path / "pinned.db"
+    _load(db, lines)
+
+    async def verified_input() -> JsonValue:
+        store = SQLiteStore(db)
+        try:
+            ledger = Ledger(store)
+            report = await ledger.verify(PINNED_TASK)
+            assert report.ok, report.problem
+            return (await ledger.state(PINNED_TASK)).created.input  # type: ignore[union-attr]
+        finally:
+            await store.close()
+
+    assert asyncio.run(verified_input()) == PINNED_VALUES
+    assert _export(db, PINNED_TASK, tmp_path / "out.jsonl") == lines
+
+
+def test_a_fresh_ledger_writes_big_integers_exactly(fresh: Path) -> None:
+    """A ledger written today holds each integer past ±(2**53-1) as its exact digits."""
+    created = json.loads(_lines(fresh)[0])["event"]  # Python's json reads integers exactly
+    assert created["input"]["big ints"] == [*BIG_INTS, 10**20]
+
+
+def test_a_changed_digit_of_a_big_integer_is_caught(node: str, tmp_path: Path) -> None:
+    """9007199254740993 made ...992 (one double to JSON.parse) fails: the digits are kept."""
+    pinned = tmp_path / PINNED.name
+    pinned.write_text(
+        PINNED.read_text("utf-8").replace(",9007199254740993,", ",9007199254740992,", 1), "utf-8"
+    )
+    code, line = _js(node, pinned)
+    assert (code, line) == (
+        1,
+        "FAIL: event 1 was changed after it was written (its hash does not match)",
+    )
+
+
+def test_an_integer_of_more_digits_than_the_bound_fails(node: str, tmp_path: Path) -> None:
+    """An integer of 641 digits is no ledger text in JavaScript either, named at its event."""
+    pinned = tmp_path / PINNED.name
+    forty = "1000000000000000000000000000000000000007"
+    pinned.write_text(PINNED.read_text("utf-8").replace(forty, "1" + "0" * 640, 1), "utf-8")
+    code, line = _js(node, pinned)
+    assert (code, line) == (
+        1,
+        "FAIL: event 1: an integer of 641 digits, more than the 640 a ledger records",
+    )
 
 
 def test_the_embedded_demo_verifies(node: str, tmp_path: Path) -> None:

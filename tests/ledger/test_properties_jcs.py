@@ -1,9 +1,9 @@
 """Properties of RFC 8785 (JCS) texts and of chains checked from their stored texts.
 
-JCS texts parse back to the same JSON, their numbers match a reference written from the
-ECMAScript specification, digests' quick texts are JCS texts, chains of generated histories
-verify from their texts (with a key and without), and a change to any one byte of a stored
-event's text is caught at that event.
+JCS texts parse back to the same JSON (integers of any size exactly), their numbers match a
+reference written from the ECMAScript specification, digests' quick texts are JCS texts, chains
+of generated histories verify from their texts (with a key and without), and a change to any
+one byte of a stored event's text is caught at that event.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.histories import HISTORIES, TASK, Story, stories
 
-from pev._jcs import MAX_SAFE_INTEGER, _write, jcs_float, jcs_json, jcs_loads
+from pev._jcs import MAX_INTEGER_DIGITS, _write, jcs_float, jcs_json, jcs_loads
 from pev._json import freeze_json
 from pev.ledger import (
     GENESIS_HASH,
@@ -31,9 +31,11 @@ from pev.ledger._chain import raw_entry
 KEY = b"property key"
 
 FINITE = st.floats(allow_nan=False, allow_infinity=False)
-SAFE_INTEGERS = st.integers(min_value=-MAX_SAFE_INTEGER, max_value=MAX_SAFE_INTEGER)
+INTEGERS = st.integers() | st.integers(
+    min_value=-(10**MAX_INTEGER_DIGITS - 1), max_value=10**MAX_INTEGER_DIGITS - 1
+)
 PLAIN = st.recursive(
-    st.none() | st.booleans() | SAFE_INTEGERS | FINITE | st.text(max_size=8),
+    st.none() | st.booleans() | INTEGERS | FINITE | st.text(max_size=8),
     lambda children: (
         st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4)
     ),
@@ -81,10 +83,16 @@ def _shortest_digits(value: float) -> tuple[str, int]:
 
 
 def _same_json(left: object, right: object) -> bool:
-    """JSON equality: numbers by value (1 == 1.0), true apart from 1, -0.0 as 0."""
+    """JSON equality: numbers by value (1 == 1.0), true apart from 1, -0.0 as 0.
+
+    An integral float reads back as the integer its text spells (6.171554439719727e16 as
+    61715544397197270), which is that float once rounded to a double.
+    """
     if isinstance(left, bool) or isinstance(right, bool):
         return type(left) is type(right) and left == right
     if isinstance(left, int | float) and isinstance(right, int | float):
+        if type(left) is not type(right):
+            return float(left) == float(right)
         return left == right or (math.isnan(left) and math.isnan(right))
     if isinstance(left, dict) and isinstance(right, dict):
         return left.keys() == right.keys() and all(_same_json(left[k], right[k]) for k in left)

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from datetime import timedelta
 
 import pytest
 from tests.support import builders
-from tests.support.builders import T0, captured, contract, fold, ran, revision
+from tests.support.builders import T0, captured, contract, fold, ran, replanned, revision
 
-from pev.kernel import GlobalReplan, LocalReplan
 from pev.ledger import (
-    AwaitingReplan,
     Event,
     NodeProgressed,
     RecordReconciled,
-    ReplanStarted,
     RevisionKind,
-    RoundExecuted,
     TaskState,
     executed_ok,
     known_refs,
@@ -64,17 +59,6 @@ created = functools.partial(builders.created, contract=CONTRACT, input="stack")
 rev = functools.partial(revision, plan=PLAN)
 
 
-def replan(number: int, kind: RevisionKind, plan: Plan, redo: frozenset[str]) -> tuple[Event, ...]:
-    """End revision ``number - 1``'s round and start revision ``number``."""
-    action = LocalReplan(redo) if kind is RevisionKind.LOCAL else GlobalReplan()
-    return (
-        RoundExecuted(revision=number - 1, executed_ok=False),
-        AwaitingReplan(action=action, deadline=T0 + timedelta(seconds=60)),
-        ReplanStarted(planning=kind, attempt=number),
-        rev(number, kind, plan=plan, redo=redo),
-    )
-
-
 def first_round() -> tuple[Event, ...]:
     """Revision 1: see succeeded, lift failed a check, place succeeded (on a bad lift)."""
     return (
@@ -90,7 +74,7 @@ def after_local_replan() -> tuple[Event, ...]:
     """Revision 2 redoes lift and place; both succeed."""
     return (
         *first_round(),
-        *replan(2, RevisionKind.LOCAL, PLAN, frozenset({"lift", "place"})),
+        *replanned(2, RevisionKind.LOCAL, plan=PLAN, redo=frozenset({"lift", "place"})),
         *ran("r4", "lift", Success("lifted"), revision=2),
         *ran("r5", "place", Success("stacked"), revision=2),
     )
@@ -100,7 +84,7 @@ def after_global_replan() -> tuple[Event, ...]:
     """Revision 2 is a fresh plan; only lift has run again, and it succeeded."""
     return (
         *first_round(),
-        *replan(2, RevisionKind.GLOBAL, NEW_PLAN, frozenset()),
+        *replanned(2, RevisionKind.GLOBAL, plan=NEW_PLAN),
         *ran("r4", "lift", Success("lifted by the edge"), revision=2),
     )
 
@@ -253,7 +237,7 @@ def test_unsettled_unknown_actions_span_lineages() -> None:
         created(),
         rev(1, RevisionKind.INITIAL),
         *ran("r1", "lift", UNKNOWN),
-        *replan(2, RevisionKind.GLOBAL, NEW_PLAN, frozenset()),
+        *replanned(2, RevisionKind.GLOBAL, plan=NEW_PLAN),
     )
     assert [r.id for r in unsettled_unknown_actions(state)] == ["r1"]
 

@@ -1,7 +1,7 @@
 """The fold's phase rule is data: every event kind in every phase, against the tables.
 
 ``ALLOWED_PHASES`` says where each event kind may be folded and ``LEADS_TO`` where it moves the
-task; here each event is applied in each of the nine phases, and ``apply`` must accept it exactly
+task; here each event is applied in each of the ten phases, and ``apply`` must accept it exactly
 where its row says, move the task exactly where the tables say, and refuse it everywhere else.
 The state machine's steps are checked against the same rows.
 """
@@ -37,6 +37,7 @@ from pev.ledger import (
 )
 from pev.ledger._phases import (
     ALLOWED_PHASES,
+    COMPENSATION_SETTLED_ON_RESUME,
     LEADS_TO,
     PHASE_OF_STATUS,
     SETTLED_ON_RESUME,
@@ -45,10 +46,11 @@ from pev.ledger._phases import (
     rule_of,
 )
 
-# The parcel task (tests/support/phases.py) in each of the nine phases: its histories of the live
+# The parcel task (tests/support/phases.py) in each of the ten phases: its histories of the live
 # phases, and one that ends in each terminal phase. Each holds revision 1 of its plan, a pending
-# record r1 and a record r2 whose outcome is unknown, so that an event refused below is refused by
-# the phase rule, not for a missing record or revision.
+# record r1, a record r2 whose outcome is unknown and two effects (one whose compensation is
+# pending), so that an event refused below is refused by the phase rule, not for a missing record,
+# effect or revision.
 HISTORIES: dict[TaskPhase, tuple[Event, ...]] = {
     **LIVE_HISTORIES,
     **{phase: (*EXECUTING, ending) for phase, ending in ENDINGS.items()},
@@ -71,9 +73,9 @@ CASES = [
 
 
 def test_the_tables_have_a_row_for_every_event_kind() -> None:
-    """ALLOWED_PHASES has one row per member of the Event union, plus the resume row."""
+    """ALLOWED_PHASES has one row per member of the Event union, plus the two resume rows."""
     kinds = {member.kind for member in typing.get_args(Event)}
-    assert set(ALLOWED_PHASES) == kinds | {SETTLED_ON_RESUME}
+    assert set(ALLOWED_PHASES) == kinds | {SETTLED_ON_RESUME, COMPENSATION_SETTLED_ON_RESUME}
     assert set(EVENTS) == set(ALLOWED_PHASES)
     assert {rule_of(event) for event in EVENTS.values()} == set(ALLOWED_PHASES)
 

@@ -12,7 +12,7 @@ import pytest
 
 import pev
 from pev.engine import PlanRequest, VerifyRequest
-from pev.ledger import RevisionKind
+from pev.ledger import EffectStatus, RevisionKind, TaskEffect
 from pev.llm import LLMPlanner, LLMVerifier
 from pev.llm._planner import parse_plan, plan_prompt
 from pev.llm._verifier import verdict_schema
@@ -31,6 +31,7 @@ from pev.model import (
     Verdict,
     VerificationContract,
     digest,
+    freeze_json,
 )
 from pev.testing import ScriptedChat
 
@@ -153,6 +154,30 @@ def test_unknown_actions_come_with_the_observe_or_reconcile_rule() -> None:
     assert "timed out" in unknown
     assert 'planned args {"x": 1, "y": 2}' in unknown
     assert "observe or reconcile first" in unknown
+
+
+def test_the_tasks_effects_come_with_the_rule_that_they_are_not_sent_again() -> None:
+    """Each effect with its args, occurrence, status and result; reuse, repeat and compensate."""
+    paid = TaskEffect(
+        record_id=RecordId("1:pay"),
+        node_id="pay",
+        revision=1,
+        tool="pay",
+        args=freeze_json({"amount": 500}),  # type: ignore[arg-type]
+        args_digest=digest({"amount": 500}),
+        occurrence=1,
+        key="t1/pay/abc/1",
+        status=EffectStatus.SUCCEEDED,
+        result=Success("paid 500"),
+        superseded=2,
+    )
+    request = dataclasses.replace(replan_request(RevisionKind.GLOBAL), effects=(paid,))
+    effects = plan_prompt(request).split("## What this task already did to the world", 1)[1]
+    assert '1:pay: pay({"amount":500}) occurrence 1, revision 1: succeeded' in effects
+    assert "superseded in revision 2" in effects
+    assert '-> "paid 500"' in effects
+    assert '"repeat": true' in effects
+    assert '"compensate"' in effects
 
 
 def test_a_local_replan_names_the_redo_set_and_the_kept_results() -> None:

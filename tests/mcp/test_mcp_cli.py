@@ -6,15 +6,13 @@ import asyncio
 import sqlite3
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from tests.support.processes import alive
 
 import pev
-from pev.cli import cli
 from pev.cli._mcp import recorded_agent
 from pev.cli._taskfile import TaskFileError, load_task_file
 from pev.ledger import Ledger
@@ -23,6 +21,8 @@ from pev.stores import SQLiteStore
 pytestmark = pytest.mark.timeout(40)
 
 SERVER = Path(__file__).with_name("rooms_server.py")
+AgentFolder = Callable[[str, str], Path]  # the fixtures of tests/mcp/conftest.py
+PevCli = Callable[..., tuple[int, str]]
 
 AGENT = """
 from pev.model import Plan, PlanNode
@@ -63,20 +63,9 @@ def _task(folder: Path, extra: str = "") -> Path:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A folder with the agent module, the current directory; its import forgotten after."""
-    (tmp_path / "rooms_agent.py").write_text(AGENT, encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    sys.modules.pop("rooms_agent", None)
-    yield tmp_path
-    sys.modules.pop("rooms_agent", None)
-
-
-def _pev(folder: Path, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, ["--db", str(folder / "ledger.db"), *args])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result.exit_code, result.output
+def workdir(agent_folder: AgentFolder) -> Path:
+    """A folder with the agent module, the current directory."""
+    return agent_folder("rooms_agent", AGENT)
 
 
 def _bookings(folder: Path) -> list[str]:
@@ -84,16 +73,18 @@ def _bookings(folder: Path) -> list[str]:
     return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
 
 
-def test_pev_run_opens_the_servers_of_a_task_file(workdir: Path) -> None:
+def test_pev_run_opens_the_servers_of_a_task_file(workdir: Path, pev_cli: PevCli) -> None:
     """The server starts in the task file's folder; its tools run; it is gone after."""
-    code, output = _pev(workdir, "run", "-q", str(_task(workdir)))
+    code, output = pev_cli(workdir, "run", "-q", str(_task(workdir)))
     assert code == 0, output
     assert _bookings(workdir) == ["301 ann"]
 
 
-def test_a_submitted_task_is_resumed_with_its_servers_rebuilt(workdir: Path) -> None:
+def test_a_submitted_task_is_resumed_with_its_servers_rebuilt(
+    workdir: Path, pev_cli: PevCli
+) -> None:
     """`pev resume` opens the servers the task recorded, with no task file at hand."""
-    code, task_id = _pev(workdir, "submit", str(_task(workdir)))
+    code, task_id = pev_cli(workdir, "submit", str(_task(workdir)))
     assert code == 0, task_id
     task_id = task_id.strip()
     with sqlite3.connect(workdir / "ledger.db") as conn:
@@ -101,19 +92,19 @@ def test_a_submitted_task_is_resumed_with_its_servers_rebuilt(workdir: Path) -> 
     assert count == 1
     assert _bookings(workdir) == []  # submit lists the tools; nothing runs
     (workdir / "task.toml").unlink()
-    code, output = _pev(workdir, "resume", "-q", task_id)
+    code, output = pev_cli(workdir, "resume", "-q", task_id)
     assert code == 0, output
     assert _bookings(workdir) == ["301 ann"]
 
 
-def test_a_server_that_cannot_start_is_one_line(workdir: Path) -> None:
+def test_a_server_that_cannot_start_is_one_line(workdir: Path, pev_cli: PevCli) -> None:
     """A task file whose server cannot start: exit 2, one line naming the server."""
     path = _task(workdir)
     path.write_text(
         path.read_text(encoding="utf-8").replace(sys.executable, str(workdir / "nothing")),
         encoding="utf-8",
     )
-    code, output = _pev(workdir, "run", "-q", str(path))
+    code, output = pev_cli(workdir, "run", "-q", str(path))
     assert code == 2
     assert "mcp: MCP server 'rooms'" in output
     assert "could not be started or reached" in output
@@ -149,9 +140,11 @@ def test_mcp_written_as_one_table_says_to_use_two_brackets(workdir: Path) -> Non
         load_task_file(path)
 
 
-async def test_a_worker_opens_the_servers_a_submitted_task_recorded(workdir: Path) -> None:
+async def test_a_worker_opens_the_servers_a_submitted_task_recorded(
+    workdir: Path, pev_cli: PevCli
+) -> None:
     """`pev worker`'s agent_for opens the task's servers for its drive, and closes them."""
-    code, task_id = await asyncio.to_thread(_pev, workdir, "submit", str(_task(workdir)))
+    code, task_id = await asyncio.to_thread(pev_cli, workdir, "submit", str(_task(workdir)))
     assert code == 0, task_id
     store = SQLiteStore(workdir / "ledger.db")
     stop = asyncio.Event()

@@ -9,9 +9,10 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from pev.errors import NotSent, UsageError
+from pev.ledger import EffectStatus, TaskEffect
 from pev.mcp import MCPServer
-from pev.mcp._tools import SchemaCheck, ToolCall, result_value
-from pev.model import DeviceFailure, Success, freeze_json
+from pev.mcp._tools import Compensation, SchemaCheck, ToolCall, result_value
+from pev.model import DeviceFailure, RecordId, Success, freeze_json
 
 
 def _result(*blocks: Any, structured: Any = None, error: bool = False) -> mcp_types.CallToolResult:
@@ -265,3 +266,56 @@ def test_a_record_is_read_back_as_the_configuration_it_was() -> None:
         MCPServer.from_record('{"transport": "stdio"}')
     with pytest.raises(UsageError, match="written by another version of pev"):
         MCPServer.from_record("[1]")
+
+
+# --- a compensation ------------------------------------------------------------------------------
+
+
+def _effect(args: dict[str, Any] | None) -> TaskEffect:
+    return TaskEffect(
+        record_id=RecordId("1:book"),
+        node_id="book",
+        revision=1,
+        tool="book",
+        args=freeze_json(args) if args is not None else None,  # type: ignore[arg-type]
+        args_digest="d",
+        occurrence=1,
+        key="t/book/d/1",
+        status=EffectStatus.SUCCEEDED,
+    )
+
+
+def _undo(session: FakeSession) -> Compensation:
+    return Compensation(session, "cancel", undoes="book")
+
+
+async def test_a_compensation_sends_the_args_the_action_was_sent_with() -> None:
+    """The compensating tool gets the effect's args, as plain JSON; its answer is a success."""
+    session = FakeSession(_result(_text("cancelled")))
+    result = await _undo(session)(_effect({"room": "301", "who": {"name": "ann"}}))
+    assert result == Success("cancelled")
+    assert session.sent == [{"room": "301", "who": {"name": "ann"}}]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "unknown"),
+    [
+        pytest.param(_result(_text("not booked"), error=True), False, id="is-error"),
+        pytest.param(MCPError(-32602, "unknown tool"), False, id="error-answer"),
+        pytest.param(MCPError(mcp_types.CONNECTION_CLOSED, "closed"), True, id="connection"),
+        pytest.param(ConnectionResetError("reset by peer"), True, id="os-error"),
+    ],
+)
+async def test_a_compensation_that_fails_or_gets_no_answer(
+    outcome: BaseException | mcp_types.CallToolResult, unknown: bool
+) -> None:
+    """An error answered is a failure (the effect stands); no answer leaves it unknown."""
+    result = await _undo(FakeSession(outcome))(_effect({"room": "301"}))
+    assert isinstance(result, DeviceFailure)
+    assert result.outcome_unknown is unknown
+
+
+async def test_a_compensation_needs_the_effects_args() -> None:
+    """A record kept without its args cannot be undone by a tool that needs them."""
+    with pytest.raises(ValueError, match="does not hold the args it was sent with"):
+        await _undo(FakeSession(_result()))(_effect(None))

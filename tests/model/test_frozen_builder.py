@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pev.ledger import LedgerEntry, TaskSummary
-from pev.model import Effect, ExecutionRecord, RecordId, RecordStatus, TaskId
+from pev.model import Effect, ExecutionRecord, JsonObject, RecordId, RecordStatus, TaskId
 from pev.model._frozen import slot_builder
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -26,6 +26,8 @@ def test_a_pending_record_equals_the_one_init_builds() -> None:
         "args_digest": "d" * 64,
         "effect": Effect.ACTION,
         "idempotency_key": "t/1:a",
+        "occurrence": 2,
+        "args": JsonObject({"url": "https://example.org"}),
     }
     built = ExecutionRecord.pending(**fields, at=NOW)
     assert built == ExecutionRecord(**fields, created_at=NOW, updated_at=NOW)

@@ -277,6 +277,12 @@ INVALID = [
         ("expected a Plan, got a dict",),
         id="not-a-plan",
     ),
+    pytest.param(
+        Plan("g", (PlanNode("a", repeat="yes"),)),  # type: ignore[arg-type]
+        {},
+        ("node 'a': repeat must be true or false, got 'yes'",),
+        id="repeat-not-a-bool",
+    ),
 ]
 
 
@@ -458,6 +464,7 @@ VALID = [
         id="nested-ref-to-dependency",
     ),
     pytest.param(Plan("g", (PlanNode("a", tool=None),)), {"tools": TOOLS}, id="no-tool"),
+    pytest.param(Plan("g", (PlanNode("a", repeat=True),)), {}, id="repeat"),
 ]
 
 

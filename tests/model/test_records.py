@@ -15,6 +15,7 @@ from pev.model import (
     TERMINAL_RECORD_STATUSES,
     DeviceFailure,
     ExecutionRecord,
+    JsonObject,
     NodeResult,
     RecordStatus,
     Success,
@@ -43,6 +44,8 @@ _record = functools.partial(
     args_digest="0" * 64,
     idempotency_key="t1/r1",
     at=T0,
+    occurrence=2,
+    args=JsonObject({"force": 3}),
 )
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from pev._json import (
+    MAX_INTEGER_DIGITS,
     MAX_NESTING,
-    MAX_SAFE_INTEGER,
     ValueLimits,
     canonical_json,
     freeze_json,
@@ -42,8 +42,11 @@ def _nested_dict(depth: int) -> object:
         pytest.param([], id="empty-list"),
         pytest.param({}, id="empty-object"),
         pytest.param("😀 é" * 3, id="unicode"),
-        pytest.param(MAX_SAFE_INTEGER, id="largest-integer"),
-        pytest.param(-MAX_SAFE_INTEGER, id="smallest-integer"),
+        pytest.param(2**53 - 1, id="largest-double-integer"),
+        pytest.param(9876543210123456, id="64-bit-id"),
+        pytest.param(-(2**70), id="beyond-64-bits"),
+        pytest.param(10**MAX_INTEGER_DIGITS - 1, id="largest-integer"),
+        pytest.param(-(10**MAX_INTEGER_DIGITS - 1), id="smallest-integer"),
         pytest.param(1e300, id="large-float"),
         pytest.param((1, (2, 3)), id="tuples"),
     ],
@@ -82,12 +85,24 @@ def test_a_value_json_cannot_hold_is_named_at_its_place(value: object, found: st
     assert value_problem(value) == found
 
 
-def test_an_integer_past_two_to_the_53_is_refused() -> None:
-    """I-JSON: integers past ±(2**53-1) are refused, and a 5,000-digit one is named by size."""
-    assert value_problem(MAX_SAFE_INTEGER + 1) is not None
+@pytest.mark.parametrize(
+    "value",
+    [2**53, -(2**53) - 1, 2**63 - 1, 2**64 + 1, -(10**39 + 7), 10**MAX_INTEGER_DIGITS - 1],
+    ids=["2**53", "-2**53-1", "2**63-1", "2**64+1", "40-digits", "640-digits"],
+)
+def test_an_integer_past_two_to_the_53_is_recordable(value: int) -> None:
+    """Integers beyond ±(2**53-1) are recorded exactly, up to MAX_INTEGER_DIGITS digits."""
+    assert value_problem({"n": [value]}) is None
+
+
+def test_an_integer_of_more_digits_than_the_bound_is_named_by_its_size() -> None:
+    """Past MAX_INTEGER_DIGITS digits an integer is refused, named by its size, not its digits."""
+    assert value_problem(-(10**MAX_INTEGER_DIGITS)) is not None
     problem = value_problem({"n": 10**5000})
-    assert problem is not None
-    assert problem.startswith("$.n: the integer of about 5001 digits is past ±(2**53-1)")
+    assert problem == (
+        "$.n: the integer of about 5001 digits has more than 640 digits, the most a ledger "
+        "records; pass such numbers as strings"
+    )
 
 
 def test_a_value_nested_100000_deep_is_a_problem_not_a_recursion_error() -> None:

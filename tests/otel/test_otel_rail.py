@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -159,7 +160,9 @@ async def test_a_replan_is_a_second_revision_with_its_own_planner_call(
         Verdict.failed(CONTRACT, failed_nodes=["pour"], feedback="pour more"),
         Verdict.passed(CONTRACT),
     )
-    result = await _run(rail, planner=ScriptedPlanner(PLAN, None), verifier=verifier)
+    # Pouring again is the intent: a new occurrence of the pour the task already made.
+    again = Plan(PLAN.goal, (replace(PLAN.node("pour"), repeat=True), PLAN.node("look")))
+    result = await _run(rail, planner=ScriptedPlanner(PLAN, again), verifier=verifier)
     assert result.ok
     [task] = spans.roots()
     first, second = spans.children(task)

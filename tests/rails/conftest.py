@@ -21,20 +21,27 @@ from pev.ledger import (
     Approved,
     AwaitingReplan,
     CaptureFailed,
+    CompensationDispatched,
+    CompensationFailed,
     Diagnosed,
     DriverStarted,
+    EffectCompensated,
+    EffectSuperseded,
     Event,
     Ledger,
     LedgerEntry,
     NodeDispatched,
     NodeFinished,
     NodeProgressed,
+    NodeReused,
     NodeSkipped,
     RecordReconciled,
     Rejected,
     RevisionKind,
     RoundExecuted,
+    TaskFinished,
     TaskState,
+    UnwindStarted,
     VerdictRecorded,
     begin_replan,
     dispatch,
@@ -140,6 +147,59 @@ class Tasks:
         return await self.append(
             task_id, [builders.revision(number, kind, plan=plan, reason=reason)]
         )
+
+    async def effects(self, task_id: str) -> TaskState:
+        """A task whose ledger holds what befalls effects: reuse, superseding, compensation."""
+        await self.create(task_id)
+        pour = PlanNode("pour", "pour water", tool="can", args={"litres": 1})
+        more = PlanNode("more", "pour more", tool="can", args={"litres": 2})
+        again = PlanNode("again", "pour water", tool="can", args={"litres": 1})
+        state = await self.revision(task_id, Plan("water the plants", (pour, more, again)))
+        poured, more_poured = (
+            self.record(state, pour),
+            self.record(state, more),
+        )
+        for record, value in ((poured, 1), (more_poured, 2)):
+            await self.append(task_id, [NodeDispatched(record=record)])
+            await self.append(task_id, [builders.finished(record.id, Success(value))])
+        await self.append(task_id, [NodeReused(revision=1, node_id="again", record_id=poured.id)])
+        refund, undo = self.record(state, more), self.record(state, pour)
+        await self.append(
+            task_id,
+            [
+                EffectSuperseded(record_id=more_poured.id, revision=1, reason="too much"),
+                CompensationDispatched(effect=more_poured.id, record=refund),
+            ],
+        )
+        failed = DeviceFailure("more", "the drain is blocked")
+        await self.append(
+            task_id,
+            [
+                CompensationFailed(
+                    effect=more_poured.id,
+                    record_id=refund.id,
+                    status=RecordStatus.FAILED,
+                    result=failed,
+                    at=self.clock(),
+                ),
+                CompensationDispatched(effect=poured.id, record=undo),
+            ],
+        )
+        await self.append(
+            task_id,
+            [
+                EffectCompensated(
+                    effect=poured.id, record_id=undo.id, result=Success(None), at=self.clock()
+                ),
+                UnwindStarted(status=TaskStatus.FAILED, reason=TerminalReason.EXECUTION_FAILED),
+            ],
+        )
+        state = await self.append(
+            task_id,
+            [TaskFinished(status=TaskStatus.PARTIAL, reason=TerminalReason.DEVICE_FAILURE)],
+        )
+        await self.drain()
+        return state
 
     async def simple(
         self, task_id: str, results: Mapping[PlanNode, NodeResult], *, blame: Sequence[str] = ()

@@ -50,7 +50,7 @@ KIND_PHASES = [
     ("node_progressed", []),
     ("node_finished", ["node_finished"]),
     ("node_skipped", []),
-    ("record_reconciled", []),
+    ("record_reconciled", ["record_reconciled"]),
     ("evidence_captured", ["evidence_captured"]),
     ("capture_failed", []),
     ("round_executed", ["executed"]),
@@ -63,6 +63,13 @@ KIND_PHASES = [
     ("approved", ["approved"]),
     ("rejected", ["rejected"]),
     ("task_finished", ["task_finished"]),
+    # What befalls effects (tasks.effects).
+    ("node_reused", ["node_reused"]),
+    ("effect_superseded", ["effect_superseded"]),
+    ("compensation_dispatched", ["compensation_started"]),
+    ("effect_compensated", ["compensation_finished"]),
+    ("compensation_failed", ["compensation_finished"]),
+    ("unwind_started", ["unwind_started"]),
 ]
 
 POUR = PlanNode("pour", "pour water", tool="can", args={"litres": 1})
@@ -84,9 +91,10 @@ async def _deliver(bus: RailBus, entries: Sequence[LedgerEntry], state: TaskStat
 
 
 async def _everything(tasks: Tasks, recorder: Recorder) -> None:
-    """Write the every-event task, the bus emitting to ``recorder`` after each append."""
+    """Write the every-event tasks, the bus emitting to ``recorder`` after each append."""
     tasks.bus = RailBus([recorder])
     await tasks.everything("t")
+    await tasks.effects("t-effects")
 
 
 @pytest.mark.parametrize(("kind", "phases"), KIND_PHASES, ids=[kind for kind, _ in KIND_PHASES])
@@ -95,11 +103,12 @@ async def test_event_kind_marks_phases(
 ) -> None:
     """Each ledger event marks its rail phases, in order, or none at all."""
     await _everything(tasks, recorder)
-    entries = await tasks.entries("t")
-    of_kind = [entry.seq for entry in entries if entry.event.kind == kind]
-    assert of_kind, f"the scenario wrote no {kind}"
-    for seq in of_kind:
-        assert [str(e.phase) for e in recorder.events if e.seq == seq] == phases
+    entries = [*await tasks.entries("t"), *await tasks.entries("t-effects")]
+    of_kind = [(entry.task_id, entry.seq) for entry in entries if entry.event.kind == kind]
+    assert of_kind, f"the scenarios wrote no {kind}"
+    for task_id, seq in of_kind:
+        marked = [str(e.phase) for e in recorder.events if (e.task_id, e.seq) == (task_id, seq)]
+        assert marked == phases
 
 
 def test_table_covers_every_event_kind() -> None:
@@ -137,7 +146,8 @@ async def test_event_carries_entry_contract_plan_tools_record(
     tasks: Tasks, recorder: Recorder
 ) -> None:
     """A rail event holds its entry's place, the contract, the plan, its tools and its record."""
-    await _everything(tasks, recorder)
+    tasks.bus = RailBus([recorder])
+    await tasks.everything("t")
     entries = {entry.seq: entry for entry in await tasks.entries("t")}
     state = await tasks.ledger.state("t")
     for event in recorder.events:

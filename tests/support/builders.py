@@ -7,16 +7,24 @@ field. A test file that tells its own story binds its plan or contract once, e.g
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pev.kernel import GlobalReplan, LocalReplan
 from pev.ledger import (
+    AwaitingReplan,
+    CompensationDispatched,
+    CompensationFailed,
+    EffectCompensated,
     Event,
     EvidenceCaptured,
     NodeDispatched,
     NodeFinished,
+    NodeReused,
+    ReplanStarted,
     RevisionKind,
     RevisionStarted,
+    RoundExecuted,
     TaskCreated,
     TaskState,
     apply,
@@ -29,11 +37,13 @@ from pev.model import (
     EvidenceId,
     EvidencePhase,
     ExecutionRecord,
+    JsonObject,
     JsonValue,
     NodeResult,
     Plan,
     RecordId,
     RecordStatus,
+    Success,
     TaskId,
     VerificationContract,
     VerificationMode,
@@ -61,6 +71,7 @@ def contract(
 
 CONTRACT = contract()
 NO_ARGS = digest({})
+UNDONE = Success("undone")
 
 
 def created(
@@ -93,6 +104,29 @@ def revision(
     return RevisionStarted(number=number, revision_kind=kind, reason=reason, plan=plan, redo=redo)
 
 
+def to_planning(
+    number: int, kind: RevisionKind, *, redo: frozenset[str] = frozenset()
+) -> tuple[Event, ...]:
+    """End revision ``number``'s round and start planning a replan of ``kind``."""
+    action = LocalReplan(redo) if kind is RevisionKind.LOCAL else GlobalReplan()
+    return (
+        RoundExecuted(revision=number, executed_ok=False),
+        AwaitingReplan(action=action, deadline=T0 + timedelta(seconds=60)),
+        ReplanStarted(planning=kind, attempt=number + 1),
+    )
+
+
+def replanned(
+    number: int,
+    kind: RevisionKind,
+    *,
+    plan: Plan,
+    redo: frozenset[str] = frozenset(),
+) -> tuple[Event, ...]:
+    """End revision ``number - 1``'s round, replan as ``kind`` and start revision ``number``."""
+    return (*to_planning(number - 1, kind, redo=redo), revision(number, kind, plan=plan, redo=redo))
+
+
 def record(
     rid: str,
     node: str,
@@ -105,8 +139,13 @@ def record(
     effect: Effect = Effect.ACTION,
     idempotency_key: str | None = None,
     at: datetime = T0,
+    occurrence: int | None = None,
+    args: JsonObject | None = None,
 ) -> ExecutionRecord:
-    """Execution record ``rid`` of ``node`` in ``status``, keyed ``<task_id>:<rid>``."""
+    """Execution record ``rid`` of ``node`` in ``status``, keyed ``<task_id>:<rid>``.
+
+    ``occurrence`` and ``args`` left ``None`` make a record as written before they were kept.
+    """
     return ExecutionRecord(
         id=RecordId(rid),
         task_id=TaskId(task_id),
@@ -119,6 +158,8 @@ def record(
         status=status,
         created_at=at,
         updated_at=at,
+        occurrence=occurrence,
+        args=args,
     )
 
 
@@ -141,6 +182,53 @@ def ran(rid: str, node: str, result: NodeResult | None, **options: Any) -> tuple
     """
     start = dispatched(rid, node, **options)
     return (start,) if result is None else (start, finished(rid, result))
+
+
+def reused(node: str, rid: str, *, revision: int = 1) -> NodeReused:
+    """A ``node_reused`` event: ``node`` of ``revision`` is satisfied by effect ``rid``."""
+    return NodeReused(revision=revision, node_id=node, record_id=RecordId(rid))
+
+
+def compensating(effect: str, rid: str, node: str, **options: Any) -> CompensationDispatched:
+    """A ``compensation_dispatched`` event: pending record ``rid`` of ``node`` undoes ``effect``.
+
+    ``record`` takes the options; the tool is ``undo`` unless they name another.
+    """
+    options.setdefault("tool", "undo")
+    return CompensationDispatched(effect=RecordId(effect), record=record(rid, node, **options))
+
+
+def compensated(
+    effect: str, rid: str, result: NodeResult = UNDONE, *, at: datetime = T0
+) -> EffectCompensated:
+    """An ``effect_compensated`` event: compensation ``rid`` undid ``effect``."""
+    return EffectCompensated(effect=RecordId(effect), record_id=RecordId(rid), result=result, at=at)
+
+
+def compensation_failed(
+    effect: str,
+    rid: str,
+    result: NodeResult | None,
+    *,
+    status: RecordStatus | None = None,
+    at: datetime = T0,
+    settled_on_resume: bool = False,
+) -> CompensationFailed:
+    """A ``compensation_failed`` event: compensation ``rid`` of ``effect`` ended with ``result``.
+
+    The status is the result's, unless given (it must be, without a result).
+    """
+    if status is None:
+        assert result is not None, "a compensation without a result needs a status"
+        status = record_status_for(result)
+    return CompensationFailed(
+        effect=RecordId(effect),
+        record_id=RecordId(rid),
+        status=status,
+        result=result,
+        at=at,
+        settled_on_resume=settled_on_resume,
+    )
 
 
 def evidence(

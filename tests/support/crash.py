@@ -199,17 +199,29 @@ class Crashed:
         return []
 
     def _sends(self) -> list[str]:
-        """No key delivered twice, none unknown to the ledger, no node re-dispatched."""
+        """No key delivered twice, none unknown to the ledger, no action re-dispatched.
+
+        A query is dispatched again only after a crash cut its record short (``cancelled``,
+        without a result): a read runs again, an action never.
+        """
         assert self.after is not None
         state = self.after.state
         found = [f"key {key} delivered {n} times" for key, n in self.sent.items() if n > 1]
         keys = {record.idempotency_key for record in state.records.values()}
         found += [f"key {key} delivered with no record of it" for key in set(self.sent) - keys]
+        cut_short = Counter(
+            (record.revision, record.node_id)
+            for record in state.records.values()
+            if record.effect is Effect.QUERY
+            and record.status is RecordStatus.CANCELLED
+            and record.id not in state.results
+        )
         dispatched = Counter(
             (entry.event.record.revision, entry.event.record.node_id)
             for entry in self.after.entries
             if isinstance(entry.event, NodeDispatched)
         )
+        dispatched.subtract(cut_short)
         found += [
             f"node {node} of revision {revision} dispatched {n} times"
             for (revision, node), n in dispatched.items()

@@ -2,9 +2,10 @@
 
 It surveys, then reserves and labels at once (two actions that deliver to "the other end", an
 append-only file only the tools write), then reports; its verifier blames the label once, so
-the label is sent again in a second revision. A child run kills itself (SIGKILL) right after the
-store commits its ``k``-th event (``main``'s last argument), or right after the tools' ``n``-th
-delivery (``PEV_CRASH_AFTER_SEND``); a resume runs with a clock a minute ahead, as an operator
+the planner asks for a second label (a new occurrence: ``repeat=True``) in a second revision.
+A child run kills itself (SIGKILL) right after the store commits its ``k``-th event
+(``main``'s last argument), or right after the tools' ``n``-th delivery
+(``PEV_CRASH_AFTER_SEND``); a resume runs with a clock a minute ahead, as an operator
 who resumes a minute after the crash.
 """
 
@@ -101,10 +102,10 @@ AGENT = textwrap.dedent(
 
 
     def plan(request):
-        """Survey, then reserve and label at once, then report; a local replan keeps the plan."""
-        if request.kind == "local":
-            return None  # decline: the engine redoes the blamed nodes with the feedback
+        """Survey, then reserve and label at once, then report; a local replan labels again."""
         item = str(request.input)
+        # The first label is smudged: printing another is the intent, a new occurrence.
+        again = request.kind == "local"
         return Plan(
             "sell",
             (
@@ -112,7 +113,7 @@ AGENT = textwrap.dedent(
                 PlanNode("reserve", "reserve it", tool="reserve", args={"item": item},
                          after=("survey",)),
                 PlanNode("label", "label it", tool="label", args={"text": item},
-                         after=("survey",)),
+                         after=("survey",), repeat=again),
                 PlanNode(
                     "report",
                     "say what was done",

@@ -2,10 +2,12 @@
 
 See docs/design.md §5.1.
 
-Every history holds revision 1 of ``PLAN``, a pending record r1 (node a) and a record r2 (node b)
-whose outcome is unknown, so that an event refused in a phase is refused for its phase, not for a
-missing record. ``ENDINGS`` end the task in each terminal phase, and ``EVENTS`` holds one event
-per row of the phase rule, each of which passes its own checks in every one of these histories.
+Every history holds revision 1 of ``PLAN``, a pending record r1 (node a), a record r2 (node b)
+whose outcome is unknown, an effect r3 (node d) that succeeded and stands, and an effect r4
+(node e) that succeeded and whose compensation r5 is pending, so that an event refused in a phase
+is refused for its phase, not for a missing record or effect. ``ENDINGS`` end the task in each
+terminal phase, and ``EVENTS`` holds one event per row of the phase rule, each of which passes
+its own checks in every one of these histories.
 """
 
 from __future__ import annotations
@@ -14,7 +16,17 @@ import functools
 from datetime import timedelta
 
 from tests.support import builders
-from tests.support.builders import T0, dispatched, evidence, finished
+from tests.support.builders import (
+    T0,
+    compensated,
+    compensating,
+    compensation_failed,
+    dispatched,
+    evidence,
+    finished,
+    ran,
+    reused,
+)
 
 from pev.kernel import Diagnosis, Finish, LocalReplan, RootCause, TaskStatus, TerminalReason
 from pev.ledger import (
@@ -26,6 +38,7 @@ from pev.ledger import (
     Diagnosed,
     Dispatched,
     DriverStarted,
+    EffectSuperseded,
     Event,
     EvidenceCaptured,
     NodeFinished,
@@ -39,9 +52,10 @@ from pev.ledger import (
     RoundExecuted,
     TaskFinished,
     TaskPhase,
+    UnwindStarted,
     VerdictRecorded,
 )
-from pev.ledger._phases import SETTLED_ON_RESUME
+from pev.ledger._phases import COMPENSATION_SETTLED_ON_RESUME, SETTLED_ON_RESUME
 from pev.model import (
     DeviceFailure,
     Effect,
@@ -64,9 +78,14 @@ PLAN = Plan(
         PlanNode("a", "look at the shelf", tool="look", effect=Effect.QUERY),
         PlanNode("b", "move the parcel", tool="move"),
         PlanNode("c", "report", tool="report", after=("a", "b")),
+        PlanNode("d", "wrap the parcel", tool="wrap"),
+        PlanNode("e", "label the parcel", tool="label"),
+        PlanNode("f", "wrap the parcel", tool="wrap"),
     ),
 )
 UNKNOWN_MOVE = DeviceFailure("b", "timed out", is_timeout=True, outcome_unknown=True)
+# The task unwinds its effects before it ends (compensate_on_failure).
+UNWIND = UnwindStarted(status=TaskStatus.FAILED, reason=TerminalReason.EXECUTION_FAILED)
 
 # The parcel task's task_created and revision_started events.
 created = functools.partial(builders.created, contract=CONTRACT, input={"parcel": 7})
@@ -78,6 +97,9 @@ EXECUTING: tuple[Event, ...] = (
     dispatched("r1", "a"),
     dispatched("r2", "b"),
     finished("r2", UNKNOWN_MOVE),
+    *ran("r3", "d", Success("wrapped"), tool="wrap"),
+    *ran("r4", "e", Success("labelled"), tool="label"),
+    compensating("r4", "r5", "e", tool="unlabel"),
 )
 VERIFYING = (*EXECUTING, RoundExecuted(revision=1, executed_ok=False))
 AWAITING_REPLAN = (
@@ -91,6 +113,7 @@ AWAITING_APPROVAL = (
     *EXECUTING,
     ApprovalRequested(revision=1, deadline=T0 + timedelta(seconds=600), actions=("b",)),
 )
+COMPENSATING = (*EXECUTING, UNWIND)
 
 HISTORIES = {
     TaskPhase.PLANNING: PLANNING,
@@ -99,6 +122,7 @@ HISTORIES = {
     TaskPhase.AWAITING_REPLAN: AWAITING_REPLAN,
     TaskPhase.CANCELLING: CANCELLING,
     TaskPhase.AWAITING_APPROVAL: AWAITING_APPROVAL,
+    TaskPhase.COMPENSATING: COMPENSATING,
 }
 ACTIVE = frozenset(HISTORIES)
 
@@ -113,7 +137,8 @@ ENDINGS = {
 }
 
 # One event per row of the phase rule (ALLOWED_PHASES in pev/ledger/_phases.py), keyed by its row:
-# the event kind, or SETTLED_ON_RESUME for a node_finished that settles a record on resume.
+# the event kind, or a settled-on-resume row for a node_finished or compensation_failed that
+# settles a record (r1) or a compensation (r5) a crash left unfinished.
 EVENTS: dict[str, Event] = {
     "task_created": created(),
     "replan_started": ReplanStarted(planning=RevisionKind.LOCAL, attempt=2),
@@ -121,7 +146,7 @@ EVENTS: dict[str, Event] = {
     "plan_rejected": PlanRejected(
         planning=RevisionKind.LOCAL, attempt=2, problems=("node x is unknown",)
     ),
-    "node_dispatched": dispatched("r3", "c"),
+    "node_dispatched": dispatched("r6", "c"),
     "node_progressed": NodeProgressed(record_id=RecordId("r1"), status=RecordStatus.RUNNING, at=T0),
     "node_finished": finished("r1", Success({"shelf": "full"})),
     SETTLED_ON_RESUME: NodeFinished(
@@ -132,6 +157,16 @@ EVENTS: dict[str, Event] = {
         settled_on_resume=True,
     ),
     "node_skipped": NodeSkipped(revision=1, node_id="c", blocked_by=("b",)),
+    # Node f calls what node d did: the effect r3 satisfies it.
+    "node_reused": reused("f", "r3"),
+    "effect_superseded": EffectSuperseded(record_id=RecordId("r3"), revision=1, reason="rewrap"),
+    "compensation_dispatched": compensating("r3", "r7", "d", tool="unwrap"),
+    "effect_compensated": compensated("r4", "r5", Success("unlabelled")),
+    "compensation_failed": compensation_failed("r4", "r5", DeviceFailure("e", "label stuck")),
+    COMPENSATION_SETTLED_ON_RESUME: compensation_failed(
+        "r4", "r5", None, status=RecordStatus.UNKNOWN, settled_on_resume=True
+    ),
+    "unwind_started": UNWIND,
     "record_reconciled": RecordReconciled(record_id=RecordId("r2"), result=Success("moved")),
     "evidence_captured": EvidenceCaptured(evidence=evidence()),
     "capture_failed": CaptureFailed(revision=1, phase=EvidencePhase.AFTER, error="camera offline"),

@@ -26,13 +26,18 @@ from pev.ledger import (
     AwaitingReplan,
     CancelRequested,
     CaptureFailed,
+    CompensationDispatched,
+    CompensationFailed,
     Diagnosed,
     Dispatched,
     DriverStarted,
+    EffectCompensated,
+    EffectSuperseded,
     EvidenceCaptured,
     NodeDispatched,
     NodeFinished,
     NodeProgressed,
+    NodeReused,
     NodeSkipped,
     PlanRejected,
     RecordReconciled,
@@ -43,6 +48,7 @@ from pev.ledger import (
     RoundExecuted,
     TaskCreated,
     TaskFinished,
+    UnwindStarted,
     Usage,
     VerdictRecorded,
 )
@@ -115,8 +121,14 @@ nodes = st.builds(
     args=json_objects,
     after=text_tuples,
     effect=st.sampled_from(Effect),
+    repeat=st.booleans(),
 )
-plans = st.builds(Plan, goal=texts, nodes=st.lists(nodes, max_size=4).map(tuple))
+plans = st.builds(
+    Plan,
+    goal=texts,
+    nodes=st.lists(nodes, max_size=4).map(tuple),
+    compensate=st.lists(ids, max_size=2, unique=True).map(tuple),
+)
 criteria = st.builds(
     CriterionResult,
     criterion=texts,
@@ -148,6 +160,8 @@ records = st.builds(
     created_at=times,
     updated_at=times,
     error=st.none() | texts,
+    occurrence=st.none() | st.integers(min_value=1, max_value=1000),
+    args=st.none() | json_objects,
 )
 evidences = st.builds(
     Evidence,
@@ -266,6 +280,37 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         result=results,
         evidence_refs=st.lists(ids, max_size=2).map(tuple),
         note=texts,
+    ),
+    NodeReused: st.builds(
+        NodeReused, revision=st.integers(1, 9), node_id=ids, record_id=ids.map(RecordId)
+    ),
+    EffectSuperseded: st.builds(
+        EffectSuperseded, record_id=ids.map(RecordId), revision=st.integers(1, 9), reason=texts
+    ),
+    CompensationDispatched: st.builds(
+        CompensationDispatched, effect=ids.map(RecordId), record=records
+    ),
+    EffectCompensated: st.builds(
+        EffectCompensated,
+        effect=ids.map(RecordId),
+        record_id=ids.map(RecordId),
+        result=results,
+        at=times,
+    ),
+    CompensationFailed: st.builds(
+        CompensationFailed,
+        effect=ids.map(RecordId),
+        record_id=ids.map(RecordId),
+        status=st.sampled_from(RecordStatus),
+        result=st.none() | results,
+        at=times,
+        settled_on_resume=st.booleans(),
+    ),
+    UnwindStarted: st.builds(
+        UnwindStarted,
+        status=st.sampled_from(TaskStatus),
+        reason=st.sampled_from(TerminalReason),
+        detail=texts,
     ),
     EvidenceCaptured: st.builds(EvidenceCaptured, evidence=evidences),
     CaptureFailed: st.builds(

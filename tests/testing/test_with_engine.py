@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from pev.engine import run
@@ -13,8 +14,9 @@ from pev.testing import FakeClock, FunctionExecutor, ScriptedPlanner, ScriptedVe
 async def test_a_blamed_node_is_redone_without_rerunning_the_kept_one(
     plan: Plan, contract: VerificationContract
 ) -> None:
-    """A verdict blaming move leads to a local replan that re-runs move and keeps look."""
-    planner = ScriptedPlanner(plan, None)
+    """A verdict blaming move leads to a local replan that moves again and keeps look."""
+    # The cube fell off: moving it again is the intent, a new occurrence of the same call.
+    planner = ScriptedPlanner(plan, Plan(plan.goal, (replace(plan.node("move"), repeat=True),)))
     executor = FunctionExecutor({"camera": lambda: {"red": "table"}, "arm": lambda **_: "moved"})
     verifier = ScriptedVerifier(
         Verdict.failed(contract, failed_nodes=["move"], feedback="the red cube fell off"),

@@ -7,6 +7,7 @@ where a missing browser fails. Screenshots go to ``test-artifacts/viewer/``.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.effect_surfaces import PAID, effects_in
+from tests.support.reconciled import reconciled_in
 from tests.web.support import AwaitingTask, run_apart
 
 import pev
@@ -182,3 +185,53 @@ def test_an_operator_approves_a_waiting_task(page: sync_api.Page, tmp_path: Path
         # The page follows the task live until it has ended.
         sync_api.expect(page.locator("#task-status")).to_have_text("succeeded")
         _shot(page, "operator-approved.png")
+
+
+@pytest.mark.slow
+def test_a_record_reconciled_as_done_is_drawn_green_and_marked(
+    page: sync_api.Page, tmp_path: Path
+) -> None:
+    """A timed-out action settled as done: a green node labelled reconciled, never yellow."""
+    db = tmp_path / "reconciled.db"
+    task_id = run_apart(lambda: reconciled_in(db))
+    with Server(db) as server:
+        page.goto(f"{server.url}/tasks/{task_id}")
+        node = page.locator('#graph-r1 svg g.graph-node[data-node="post"]')
+        sync_api.expect(node).to_have_attribute("data-status", "succeeded")
+        sync_api.expect(node).to_have_attribute("data-reconciled", "true")
+        sync_api.expect(node.locator("text.state")).to_have_text("reconciled: succeeded")
+        fill = node.locator("rect").evaluate("rect => getComputedStyle(rect).fill")
+        assert fill == "rgb(218, 251, 225)"  # the succeeded fill (#dafbe1), not yellow
+        _shot(page, "task-reconciled.png")
+
+
+@pytest.mark.slow
+def test_a_reused_node_is_drawn_green_marked_and_linked(
+    page: sync_api.Page, tmp_path: Path
+) -> None:
+    """A reused node: green, marked reused, a link to its record; the effects table's marks."""
+    db = tmp_path / "effects.db"
+    run_apart(lambda: effects_in(db))
+    with Server(db) as server:
+        page.goto(f"{server.url}/tasks/{PAID}")
+        node = page.locator('#graph-r3 svg g.graph-node[data-node="ship"]')
+        sync_api.expect(node).to_have_attribute("data-status", "succeeded")
+        sync_api.expect(node).to_have_attribute("data-reused", "true")
+        sync_api.expect(node.locator("text.state")).to_have_text("reused 1:ship")
+        rect = node.locator("rect")
+        assert rect.evaluate("rect => getComputedStyle(rect).fill") == "rgb(218, 251, 225)"
+        assert rect.evaluate("rect => getComputedStyle(rect).strokeDasharray") == "7px, 3px"
+        refunded = page.locator('tr[id="effect-1:pay"]')
+        sync_api.expect(refunded).to_have_class(re.compile(r"\bsuperseded\b.*\bcompensated\b"))
+        sync_api.expect(refunded.locator(".badge.superseded")).to_have_text(
+            "superseded in revision 2"
+        )
+        struck = refunded.locator("td").first.evaluate(
+            "td => getComputedStyle(td).textDecorationLine"
+        )
+        assert struck == "line-through"
+        _shot(page, "task-effects.png")
+        # The graph's reused node links to the row of the record it reuses, in revision 1.
+        node.click()
+        page.wait_for_url(re.compile(r"#rec-1:ship$"))
+        assert page.locator('tr[id="rec-1:ship"]').evaluate("row => row.matches(':target')")

@@ -12,8 +12,19 @@ from typing import Any
 
 from pev import codec
 from pev.experience import Episode, Lesson, classify
-from pev.ledger import ChainReport, Lease, LedgerEntry, Revision, TaskState, TaskSummary
+from pev.ledger import (
+    ChainReport,
+    Lease,
+    LedgerEntry,
+    RecordReconciled,
+    Revision,
+    TaskEffect,
+    TaskState,
+    TaskSummary,
+)
 from pev.ledger._queries import node_standings
+from pev.rails._effects import undoing
+from pev.rails._settled import settlement
 
 __all__ = [
     "anchor_document",
@@ -73,6 +84,48 @@ def task_document(state: TaskState, lease: Lease | None, now: datetime) -> dict[
         "rejections": [codec.encode(rejected) for rejected in state.rejections],
         "outputs": {} if finished is None else codec.encode(finished.outputs),
         "cancel_reason": state.cancel_reason,
+        "effects": [_effect(effect) for effect in state.effects.values()],
+        "unwind": None
+        if state.unwinding is None
+        else {
+            "status": str(state.unwinding.status),
+            "reason": str(state.unwinding.reason),
+            "detail": state.unwinding.detail,
+        },
+    }
+
+
+def _effect(effect: TaskEffect) -> dict[str, Any]:
+    """One effect of the task, and what became of it."""
+    record = effect.compensation
+    undone = undoing(effect)
+    return {
+        "record_id": effect.record_id,
+        "node_id": effect.node_id,
+        "revision": effect.revision,
+        "tool": effect.tool,
+        "args": None if effect.args is None else codec.encode(effect.args),
+        "args_digest": effect.args_digest,
+        "occurrence": effect.occurrence,
+        "key": effect.key,
+        "status": str(effect.status),
+        "result": None if effect.result is None else codec.encode(effect.result),
+        "superseded": effect.superseded,
+        "compensated": effect.compensated,
+        "in_world": effect.in_world,
+        "compensation": None
+        if record is None or undone is None
+        else {
+            "record_id": record.id,
+            "state": undone.state,
+            "status": str(record.status),
+            "error": undone.error,
+            "created_at": _time(record.created_at),
+            "updated_at": _time(record.updated_at),
+            "result": None
+            if effect.compensation_result is None
+            else codec.encode(effect.compensation_result),
+        },
     }
 
 
@@ -85,11 +138,14 @@ def _revision(state: TaskState, revision: Revision) -> dict[str, Any]:
         if record is not None:
             shown = {
                 "id": record.id,
+                "revision": record.revision,
                 "status": str(record.status),
                 "error": record.error,
                 "created_at": _time(record.created_at),
                 "updated_at": _time(record.updated_at),
                 "reconciled_as": standing.reconciled,
+                "settled_status": standing.reconciled or str(record.status),
+                "reconciliation": _reconciliation(state.reconciled.get(record.id)),
             }
         effect = record.effect if record is not None else node.effect or "tool's"
         nodes.append(
@@ -120,6 +176,19 @@ def _revision(state: TaskState, revision: Revision) -> dict[str, Any]:
         "verdicts": of_revision(state.verdicts),
         "diagnoses": of_revision(state.diagnoses),
         "decisions": of_revision(state.decisions),
+    }
+
+
+def _reconciliation(settled: RecordReconciled | None) -> dict[str, Any] | None:
+    """What a reconciliation established of a record of unknown outcome, if one did."""
+    if settled is None:
+        return None
+    found = settlement(settled)
+    return {
+        "status": str(found.status),
+        "error": found.error,
+        "note": found.note,
+        "evidence_refs": list(found.evidence_refs),
     }
 
 

@@ -14,9 +14,11 @@ from pev.ledger import (
     Approved,
     ChainReport,
     Dispatched,
+    EffectStatus,
     Lease,
     PlanRejected,
     Revision,
+    TaskEffect,
     TaskPhase,
     TaskState,
     TaskSummary,
@@ -24,10 +26,7 @@ from pev.ledger import (
     known_refs,
 )
 from pev.ledger._queries import NodeStanding, node_standings
-from pev.model import (
-    CriterionStatus,
-    canonical_json,
-)
+from pev.model import CriterionStatus, canonical_json
 from pev.rails._console import (
     RECORD_STYLE,
     STATUS_STYLE,
@@ -35,8 +34,11 @@ from pev.rails._console import (
     describe_decision,
     diagnosis_text,
     iso_time,
+    reconciliation_text,
     task_heading,
 )
+from pev.rails._effects import args_text, undoing, unwind_words
+from pev.rails._settled import settlement
 
 __all__ = [
     "SHORT_ID",
@@ -112,7 +114,8 @@ def driver_line(state: TaskState, lease: Lease | None, now: datetime) -> Text | 
 def timeline(state: TaskState, *, driver: Text | None = None) -> Group:
     """One task, revision by revision: plan and node status, verdict, diagnosis, decision.
 
-    ``driver`` (see :func:`driver_line`) says who drives the task now, under its header.
+    Then its effects (what its actions did to the world, and what became of each), and how it
+    ended. ``driver`` (see :func:`driver_line`) says who drives the task now, under its header.
     """
     parts: list[RenderableType] = [_header(state)]
     if driver is not None:
@@ -123,6 +126,8 @@ def timeline(state: TaskState, *, driver: Text | None = None) -> Group:
             parts.append(_rejection(rejections.pop(0)))
         parts.append(_revision(state, revision))
     parts.extend(_rejection(rejected) for rejected in rejections)
+    if state.effects:
+        parts.append(_effects(state))
     parts.append(_ending(state))
     return Group(*parts)
 
@@ -157,12 +162,21 @@ def _revision(state: TaskState, revision: Revision) -> RenderableType:
     standings = node_standings(state, revision)
     for standing in standings:
         node, record = standing.node, standing.record
-        if record is not None:
-            cell = Text(str(record.status), style=RECORD_STYLE.get(record.status, ""))
+        if record is not None and standing.state == "reused":
+            # Satisfied by an effect an earlier revision sent: this revision sent nothing.
+            cell = Text.assemble(
+                (f"reused {record.id}", "green"), (f" (sent in revision {record.revision})", "dim")
+            )
+        elif record is not None:
+            # A reconciliation settles a record of unknown outcome: its settled status shows.
+            settled = state.reconciled.get(record.id)
+            found = None if settled is None else settlement(settled)
+            status = record.status if found is None else found.status
+            cell = Text(
+                str(status) if found is None else found.words, style=RECORD_STYLE.get(status, "")
+            )
             if record.error:
                 cell.append(f" ({record.error})", style="dim")
-            if standing.reconciled is not None:
-                cell.append(f", reconciled as {standing.reconciled}", style="cyan")
         else:
             word = standing.state.replace("_", " ")
             cell = Text(word, style="dim green" if word == "kept" else "dim")
@@ -170,11 +184,62 @@ def _revision(state: TaskState, revision: Revision) -> RenderableType:
         effect = record.effect if record is not None else node.effect or "tool's"
         table.add_row(node.id, node.tool or "", str(effect), ", ".join(node.after), cell)
     parts: list[RenderableType] = [table]
-    parts.extend(_attempt_lines(state, standings))
+    # A reused node's record, its attempts and its reconciliation belong to the revision that
+    # sent it, and are shown there.
+    sent = [standing for standing in standings if standing.state != "reused"]
+    parts.extend(_attempt_lines(state, sent))
+    parts.extend(
+        reconciliation_text(standing.node.id, settled)
+        for standing in sent
+        if standing.record is not None
+        and (settled := state.reconciled.get(standing.record.id)) is not None
+    )
     parts.extend(approval_lines(state, revision.number))
     parts.extend(_verdicts(state, revision.number))
     parts.append(Text(""))
     return Group(*parts)
+
+
+_EFFECT_STYLE = {
+    EffectStatus.SUCCEEDED: "green",
+    EffectStatus.DONE: "green",
+    EffectStatus.UNKNOWN: "bold yellow",
+    EffectStatus.NOT_DONE: "dim",
+}
+_UNDOING_STYLE = {"compensated": "green", "failed": "red", "unknown": "bold yellow"}
+
+
+def _effects(state: TaskState) -> RenderableType:
+    """The task's effects: each action that took effect (or may have), and what became of it."""
+    table = Table(title="effects", title_justify="left", title_style="bold", expand=False)
+    for column in ("record", "tool", "args", "occurrence", "key", "status", "superseded"):
+        table.add_column(column, overflow="fold")
+    table.add_column("compensation", overflow="fold")
+    for effect in state.effects.values():
+        table.add_row(
+            effect.record_id,
+            effect.tool or f"@{effect.node_id}",
+            args_text(effect),
+            str(effect.occurrence),
+            effect.key,
+            Text(str(effect.status), style=_EFFECT_STYLE.get(effect.status, "")),
+            "" if effect.superseded is None else f"in revision {effect.superseded}",
+            _compensation_cell(effect),
+        )
+    parts: list[RenderableType] = [table]
+    if state.unwinding is not None:
+        ended = state.finished is not None
+        words = unwind_words(state.unwinding, ended=ended)
+        parts.append(Text(f"{'unwound' if ended else 'unwinding'}: {words}", style="magenta"))
+    return Group(*parts, Text(""))
+
+
+def _compensation_cell(effect: TaskEffect) -> Text:
+    undone = undoing(effect)
+    if undone is None:
+        # Superseded and never undone (its tool has no compensate): it stays in the world.
+        return Text("none: left in place" if effect.superseded is not None else "", style="dim")
+    return Text(undone.words, style=_UNDOING_STYLE.get(undone.state, "cyan"))
 
 
 def _attempt_lines(state: TaskState, standings: Sequence[NodeStanding]) -> list[Text]:

@@ -8,7 +8,9 @@ draft 2020-12; every object lists its fields, so the tests catch an undocumented
 
 Values the ledger itself encodes (a task's input and contract, a verdict, a diagnosis, a
 decision, an event) are given as the ledger encodes them (docs/ledger-format.md), and their
-schemas here say only that they are JSON.
+schemas here say only that they are JSON. Integers in them are written exactly, of any size (a
+64-bit id stays ``9876543210123456``), as the ledger keeps them: a script reads them with a
+parser that keeps big integers (Python's ``json``), not one that makes every number a double.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
+
+from pev.kernel import TaskStatus, TerminalReason
+from pev.ledger import EffectStatus
+from pev.model import RecordStatus
 
 __all__ = ["JSON_SCHEMAS"]
 
@@ -26,8 +32,13 @@ _MAYBE_TIME = {"type": ["string", "null"], "format": "date-time"}
 _TEXT = {"type": "string"}
 _MAYBE_TEXT = {"type": ["string", "null"]}
 _COUNT = {"type": "integer", "minimum": 0}
-_ANY: dict[str, Any] = {"description": "any JSON value, as the ledger encodes it"}
-_ENCODED = {"type": "object", "description": "as the ledger encodes it (docs/ledger-format.md)"}
+_ANY: dict[str, Any] = {
+    "description": "any JSON value, as the ledger encodes it; integers exact, of any size"
+}
+_ENCODED = {
+    "type": "object",
+    "description": "as the ledger encodes it (docs/ledger-format.md); integers exact, of any size",
+}
 _STATUS = {"enum": ["succeeded", "partial", "failed", "cancelled", None]}
 
 
@@ -42,6 +53,11 @@ def _object(about: str, /, **fields: Any) -> dict[str, Any]:
     }
 
 
+def _nullable(value: dict[str, Any]) -> dict[str, Any]:
+    """``value``, or ``null`` where it does not apply."""
+    return {"oneOf": [{"type": "null"}, value]}
+
+
 def _array(items: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "array", "items": dict(items)}
 
@@ -50,18 +66,15 @@ def _document(title: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"$schema": _DIALECT, "title": title, **body}
 
 
-_DRIVER = {
-    "oneOf": [
-        {"type": "null"},
-        _object(
-            "who drives the task now (its lease); null when nobody has taken it",
-            owner=_TEXT,
-            epoch=_COUNT,
-            expires_at=_TIME,
-            live={"type": "boolean"},
-        ),
-    ]
-}
+_DRIVER = _nullable(
+    _object(
+        "who drives the task now (its lease); null when nobody has taken it",
+        owner=_TEXT,
+        epoch=_COUNT,
+        expires_at=_TIME,
+        live={"type": "boolean"},
+    )
+)
 
 _TASK_ROW = _object(
     "one task in the index",
@@ -78,20 +91,39 @@ _TASK_ROW = _object(
     driver={"type": ["string", "null"], "description": "the live lease's owner, if any"},
 )
 
-_RECORD = {
-    "oneOf": [
-        {"type": "null"},
-        _object(
-            "the node's execution record in this revision",
-            id=_TEXT,
-            status=_TEXT,
-            error=_MAYBE_TEXT,
-            created_at=_TIME,
-            updated_at=_TIME,
-            reconciled_as=_MAYBE_TEXT,
-        ),
-    ]
-}
+_RECORD_STATUS = {"enum": [str(status) for status in RecordStatus]}
+
+_RECONCILIATION = _nullable(
+    _object(
+        "what a later record_reconciled event established of a record of unknown outcome",
+        status={**_RECORD_STATUS, "description": "the settled status"},
+        error={**_MAYBE_TEXT, "description": "the error, when settled as not done"},
+        note=_TEXT,
+        evidence_refs=_array(_TEXT),
+    )
+)
+
+_RECORD = _nullable(
+    _object(
+        "the node's execution record in this revision; for a reused node, the record of "
+        "the effect that satisfied it, from the revision that sent it",
+        id=_TEXT,
+        revision={**_COUNT, "description": "the revision that sent it"},
+        status={**_TEXT, "description": "as the record ended; never rewritten"},
+        error=_MAYBE_TEXT,
+        created_at=_TIME,
+        updated_at=_TIME,
+        reconciled_as={
+            **_MAYBE_TEXT,
+            "description": "the status a reconciliation settled it as, if one did",
+        },
+        settled_status={
+            **_RECORD_STATUS,
+            "description": "the status that counts: reconciled_as if reconciled, else status",
+        },
+        reconciliation=_RECONCILIATION,
+    )
+)
 
 _NODE = _object(
     "one node of a revision's plan, and what became of it",
@@ -103,7 +135,8 @@ _NODE = _object(
     args=_ANY,
     state={
         "type": "string",
-        "description": "the record's status, or skipped, kept, not_dispatched",
+        "description": "the record's status, or reused (an effect the task already had "
+        "satisfied it: nothing was sent), skipped, kept, not_dispatched",
     },
     record=_RECORD,
 )
@@ -121,6 +154,56 @@ _REVISION = _object(
     verdicts=_array(_ENCODED),
     diagnoses=_array(_ENCODED),
     decisions=_array(_ENCODED),
+)
+
+_COMPENSATION = _nullable(
+    _object(
+        "the call that undoes the effect (a compensation), once one was dispatched",
+        record_id={**_TEXT, "description": "its own record: undo:<the effect's record id>"},
+        state={
+            "enum": ["compensating", "compensated", "failed", "unknown"],
+            "description": "under way, or how it ended; failed and unknown leave the effect "
+            "in place",
+        },
+        status=_RECORD_STATUS,
+        error=_MAYBE_TEXT,
+        created_at=_TIME,
+        updated_at=_TIME,
+        result={**_ANY, "description": "what it returned, once it ended (else null)"},
+    )
+)
+
+_EFFECT = _object(
+    "one effect of the task: an action that took effect, or may have (docs/engine.md)",
+    record_id=_TEXT,
+    node_id=_TEXT,
+    revision={**_COUNT, "description": "the revision that sent it"},
+    tool=_MAYBE_TEXT,
+    args={**_ANY, "description": "the resolved args it was sent with; null if never recorded"},
+    args_digest=_TEXT,
+    occurrence={**_COUNT, "description": "which occurrence of its call (tool and args) it is"},
+    key={**_TEXT, "description": "its idempotency key, the same on every dispatch of it"},
+    status={"enum": [str(status) for status in EffectStatus]},
+    result={**_ANY, "description": "the call's result, or what a reconciliation found"},
+    superseded={
+        "type": ["integer", "null"],
+        "description": "the revision that replaced it, if one did",
+    },
+    compensated={"type": "boolean", "description": "a compensation undid it"},
+    in_world={
+        "type": "boolean",
+        "description": "it stands (or may): not undone, not reconciled as never done",
+    },
+    compensation=_COMPENSATION,
+)
+
+_UNWIND = _nullable(
+    _object(
+        "the task undid its effects before ending (compensate_on_failure): how it was to end",
+        status={"enum": [str(status) for status in TaskStatus]},
+        reason={"enum": [str(reason) for reason in TerminalReason]},
+        detail=_TEXT,
+    )
 )
 
 _CHAIN = _object(
@@ -201,6 +284,8 @@ JSON_SCHEMAS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
                 rejections=_array(_ENCODED),
                 outputs={"type": "object"},
                 cancel_reason=_MAYBE_TEXT,
+                effects=_array(_EFFECT),
+                unwind=_UNWIND,
             ),
         ),
         "events": _document(

@@ -55,6 +55,7 @@ _MCP = (
     "tools",
     "timeout_s",
     "connect_timeout_s",
+    "compensate",
 )
 _TOML_WHERE = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)$")
 _POLICY_PROBLEM = re.compile(r"RecoveryPolicy\.(\w+) (.*)", re.DOTALL)
@@ -489,7 +490,7 @@ def _mcp_server(
     for key in ("args", "tools"):
         if key in table:
             fields[key] = _strings(table[key], f"{label}.{key}")
-    for key in ("env", "headers"):
+    for key in ("env", "headers", "compensate"):
         if key in table:
             value = _table(table[key], f"{label}.{key}")
             for name, item in value.items():

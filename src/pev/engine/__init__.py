@@ -38,12 +38,13 @@ from pev.engine._result import RunResult
 from pev.engine._retry import Retry
 from pev.engine._secret import Secret
 from pev.engine._tool_executor import Resources, ToolExecutor
-from pev.engine._tools import Reconciler, Tool, ToolRegistry, tool
+from pev.engine._tools import Compensator, Reconciler, Tool, ToolRegistry, tool
 from pev.engine._worker import WorkerReport, submit, worker
 
 __all__ = [
     "DEFAULT_CRITERION",
     "Agent",
+    "Compensator",
     "EventStream",
     "Executor",
     "ExecutorLike",

@@ -59,6 +59,8 @@ class Components:
     observe: Callable[..., Awaitable[Any]] | None
     tools: Mapping[str, ToolSpec] | None
     tool_timeouts: Mapping[str, float]
+    compensate: Callable[..., Awaitable[Any]] | None = None
+    compensates: Callable[[str | None], bool] = lambda tool: False
 
 
 def build_components(agent: Agent, *, policy: RecoveryPolicy) -> Components:
@@ -73,6 +75,11 @@ def build_components(agent: Agent, *, policy: RecoveryPolicy) -> Components:
             agent.tools, node_timeout_s=policy.node_timeout_s, resources=agent.resources
         )
     reconcile = getattr(executor, "reconcile", None)
+    compensate = getattr(executor, "compensate", None)
+    compensates = getattr(executor, "compensates", None)
+    if not callable(compensates):
+        # An executor of its own that can compensate says which tools it can undo, else all.
+        compensates = (lambda tool: True) if callable(compensate) else (lambda tool: False)
     return Components(
         plan=adapt(agent.planner, "plan"),
         execute=adapt(executor, "execute"),
@@ -81,6 +88,8 @@ def build_components(agent: Agent, *, policy: RecoveryPolicy) -> Components:
         observe=adapt(agent.observer, "observe") if agent.observer is not None else None,
         tools=specs,
         tool_timeouts=timeouts,
+        compensate=adapt(executor, "compensate") if callable(compensate) else None,
+        compensates=compensates,
     )
 
 
@@ -181,7 +190,7 @@ def _tool_path(item: Tool[..., Any]) -> str | None:
     if bound is not None:
         return bound
     # Equality leaves out the options that are not plain values: none of them may be set.
-    others = (item.reconcile, item.input_schema, item.check, item.retry)
+    others = (item.reconcile, item.input_schema, item.check, item.retry, item.compensate)
     if all(option is None for option in others) and not item.placement and item == tool(item.fn):
         return import_path(item.fn)  # rebuilt as tool(fn): the very same options
     return None

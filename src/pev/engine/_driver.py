@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from pev.engine._compensation import Compensations, left_in_place, not_undone
 from pev.engine._components import Components
 from pev.engine._deadline import Deadline
 from pev.engine._host import current, task_deadline_finish
@@ -43,6 +44,7 @@ from pev.ledger import (
     LedgerEntry,
     RoundExecuted,
     Tail,
+    TaskEffect,
     TaskPhase,
     TaskState,
     apply,
@@ -52,7 +54,7 @@ from pev.ledger import (
 )
 from pev.ledger._lease import is_free
 from pev.ledger._watch import Follower, TaskWatch, watch_of
-from pev.model import EvidencePhase, ExecutionRecord, PlanNode
+from pev.model import EvidencePhase, ExecutionRecord, NodeResult, PlanNode
 from pev.rails import RailBus
 
 __all__ = ["Driver"]
@@ -123,13 +125,21 @@ class Driver:
         self._announce = tuple(announce)
         cancel = self.cancel_signal
         self._planning = PlanStep(
-            self, components.plan, cancel=cancel, tools=components.tools, lessons=lessons
+            self,
+            components.plan,
+            cancel=cancel,
+            tools=components.tools,
+            lessons=lessons,
+            compensates=components.compensates,
         )
         self._verifying = VerifyStep(self, components.verify, cancel=cancel, lessons=lessons)
         observe = components.observe
         self._observing = None if observe is None else ObserveStep(self, observe)
         self._settler = Settler(
             self, components.reconcile, timeout_of=self._record_timeout, cancel=cancel
+        )
+        self._compensations = Compensations(
+            self, components.compensate, components.compensates, tools=components.tools
         )
 
     # -- the loop -------------------------------------------------------------------------
@@ -259,6 +269,7 @@ class Driver:
                         self._announce = ()
                     await self.write([started])
                     await self._settler.unfinished()
+                    await self._compensations.unfinished()
                     await self._loop()
             except asyncio.CancelledError:
                 if not tenure.lost or main is None:
@@ -286,8 +297,9 @@ class Driver:
             and self.state.phase is not TaskPhase.AWAITING_APPROVAL
         ):
             # The deadline comes first: past it, the round sets the cancel signal itself (to
-            # stop in-flight work) without any cancel_requested event to refresh towards.
-            if self.deadline.passed():
+            # stop in-flight work) without any cancel_requested event to refresh towards. A
+            # task that unwinds is ending already: its compensations run past the deadline.
+            if self.deadline.passed() and self.state.phase is not TaskPhase.COMPENSATING:
                 await self.write([task_deadline_finish(self.state)])
                 continue
             if self.cancel_signal.is_set() and not self.state.cancel_requested:
@@ -313,6 +325,8 @@ class Driver:
                 await self.write(begin_replan(self.state, now=self._clock()))
             case TaskPhase.CANCELLING:
                 await self.write([cancel_outcome(self.state)])
+            case TaskPhase.COMPENSATING:
+                await self._compensations.unwind()
             case _:  # terminal phases end the loop before a step is taken
                 raise AssertionError(f"no step for phase {self.state.phase}")
 
@@ -324,16 +338,29 @@ class Driver:
         started = any(record.revision == number for record in state.records.values()) or any(
             e.revision == number and e.phase is EvidencePhase.BEFORE for e in state.evidence
         )
+        if not started:
+            # What the revision replaces is undone before it dispatches anything.
+            await self._compensations.before_revision()
+        if await self._left_in_place():
+            return
         if self._observing is not None and not started:
             await self._observing.run(EvidencePhase.BEFORE)
         finished = await Round(self, revision.plan, number, revision.redo).run()
         if not self.deadline.passed():
             await self._settler.after_round(number)
-        if not finished:
-            return  # cancelled or out of time: the loop ends the task
+        if await self._left_in_place() or not finished:
+            return  # cancelled, out of time, or ended: the loop ends the task
         if self._observing is not None:
             await self._observing.run(EvidencePhase.AFTER)
         await self.write([RoundExecuted(revision=number, executed_ok=executed_ok(self.state))])
+
+    async def _left_in_place(self) -> bool:
+        """End the task ``partial`` if a compensation of this revision left its effect."""
+        effect = left_in_place(self.state)
+        if effect is None:
+            return False
+        await self.write([not_undone(self.state, effect)])
+        return True
 
     # -- writing --------------------------------------------------------------------------
 
@@ -352,6 +379,10 @@ class Driver:
                 )
             except ConflictError:
                 await self._refresh()
+                drivers = self.state.drivers
+                if drivers and drivers[-1].epoch > self._tenure.lease.epoch:
+                    # Another driver took the task over meanwhile: this one's writes are stale.
+                    raise self._tenure.lost_error() from None
                 if self.state.terminal:
                     raise StateError(
                         f"task {self._task_id} ended while this step ran",
@@ -394,6 +425,14 @@ class Driver:
     async def execute(self, node: PlanNode, context: NodeContext) -> object:
         """Call the executor."""
         return await self._c.execute(node, context)
+
+    async def settle_unknown(self, record: ExecutionRecord) -> NodeResult | None:
+        """What the executor's ``reconcile`` establishes of a record just ended ``unknown``."""
+        return await self._settler.right_after(record)
+
+    async def supersede(self, effect: TaskEffect, reason: str) -> bool:
+        """Supersede an effect of a node redone with another call, undoing it if its tool can."""
+        return await self._compensations.supersede(effect, reason)
 
 
 def _nothing() -> None:

@@ -14,7 +14,7 @@ from typing import Protocol
 from pev.engine._deadline import Deadline
 from pev.errors import StateError
 from pev.kernel import TaskStatus, TerminalReason
-from pev.ledger import Event, Revision, TaskFinished, TaskState, finish
+from pev.ledger import Event, Revision, TaskFinished, TaskState, UnwindStarted, finish
 
 __all__ = ["TaskHost", "current", "task_deadline_finish"]
 
@@ -49,7 +49,7 @@ def current(state: TaskState) -> Revision:
     return revision
 
 
-def task_deadline_finish(state: TaskState) -> TaskFinished:
+def task_deadline_finish(state: TaskState) -> TaskFinished | UnwindStarted:
     """The event that ends a task whose deadline passed."""
     return finish(
         state,

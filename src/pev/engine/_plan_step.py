@@ -38,6 +38,7 @@ from pev.ledger import (
     RevisionStarted,
     TaskFinished,
     TaskState,
+    UnwindStarted,
     approval_request,
     finish,
     reject_plan,
@@ -51,7 +52,7 @@ __all__ = ["PlanStep"]
 class PlanStep:
     """Plans the task's next revision, for whatever drives it (a :class:`TaskHost`)."""
 
-    __slots__ = ("_cancel", "_host", "_lessons", "_plan", "_tools")
+    __slots__ = ("_cancel", "_compensates", "_host", "_lessons", "_plan", "_tools")
 
     def __init__(
         self,
@@ -61,12 +62,14 @@ class PlanStep:
         cancel: asyncio.Event,
         tools: Mapping[str, ToolSpec] | None,
         lessons: tuple[str, ...],
+        compensates: Callable[[str | None], bool] = lambda tool: False,
     ) -> None:
         self._host = host
         self._plan = plan
         self._cancel = cancel
         self._tools = tools
         self._lessons = lessons
+        self._compensates = compensates
 
     async def run(self) -> None:
         """Call the planner once and write what came of it."""
@@ -103,7 +106,14 @@ class PlanStep:
         try:
             plan, problems = self._shape(returned, kind, redo)
             if plan is not None and not problems:
-                problems = review_plan(state, plan, kind=kind, redo=redo, tools=self._tools)
+                problems = review_plan(
+                    state,
+                    plan,
+                    kind=kind,
+                    redo=redo,
+                    tools=self._tools,
+                    compensates=self._compensates,
+                )
         except BUGS:
             raise
         except Exception as exc:  # noqa: BLE001 - what a planner returns never escapes run
@@ -174,7 +184,9 @@ class PlanStep:
         return returned, []
 
 
-def _late(state: TaskState, *, replan_left: float | None, remaining: float | None) -> TaskFinished:
+def _late(
+    state: TaskState, *, replan_left: float | None, remaining: float | None
+) -> TaskFinished | UnwindStarted:
     """How a planner call that ran out of time ends the task: by the deadline that came first."""
     if replan_left is not None and (remaining is None or replan_left <= remaining):
         detail = f"the planner was still working at the replan deadline {state.replan_deadline}"

@@ -7,10 +7,12 @@ Pure functions of the task's state: the driver calls the planner and writes what
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
+from pev.engine._compensation import compensation_problems
+from pev.engine._effects import effect_problems, effective_effect
 from pev.engine._protocols import PlanRequest
 from pev.kernel import GlobalReplan, LocalReplan
 from pev.ledger import (
@@ -25,16 +27,13 @@ from pev.model import (
     Plan,
     PlanNode,
     ToolSpec,
-    digest,
     downstream,
-    iter_refs,
     plan_problems,
 )
 
 __all__ = [
     "append_feedback",
     "dispatched_actions",
-    "effective_effect",
     "merge_local",
     "plan_request",
     "redo_set",
@@ -91,6 +90,7 @@ def plan_request(
         kept_results=MappingProxyType({k: v for k, v in kept.items() if k not in redo}),
         rejections=rejections,
         unknown_records=unsettled_unknown_actions(state),
+        effects=tuple(state.effects.values()),
     )
 
 
@@ -145,23 +145,8 @@ def merge_local(previous: Plan, returned: Plan, redo: frozenset[str]) -> tuple[P
     merged = tuple(
         returned_nodes.get(node.id, node) if node.id in redo else node for node in previous.nodes
     )
-    return Plan(previous.goal, merged), problems
-
-
-def effective_effect(node: PlanNode, tools: Mapping[str, ToolSpec] | None) -> Effect:
-    """The node's effect: its own, else its tool's, else ``action``; ``action`` always wins.
-
-    A node that leaves its effect ``None`` takes its registered tool's; without one (a plain
-    executor), it is an action, the safe assumption. A node's own ``action`` makes a query
-    tool stricter; its own ``query`` cannot make an action tool safe (plan validation refuses
-    that plan, and here the stricter of the two stands).
-    """
-    spec = tools.get(node.tool) if tools and node.tool else None
-    if node.effect is None:
-        return spec.effect if spec is not None else Effect.ACTION
-    if node.effect is Effect.ACTION or (spec is not None and spec.effect is Effect.ACTION):
-        return Effect.ACTION
-    return Effect.QUERY
+    # A compensate list is kept so that review names it: a local replan cannot carry one.
+    return Plan(previous.goal, merged, compensate=returned.compensate), problems
 
 
 def to_dispatch(plan: Plan, redo: frozenset[str] | None) -> list[PlanNode]:
@@ -187,27 +172,18 @@ def review_plan(
     kind: RevisionKind,
     redo: frozenset[str],
     tools: Mapping[str, ToolSpec] | None,
+    compensates: Callable[[str | None], bool] = lambda tool: False,
 ) -> list[str]:
-    """Every reason to reject ``plan`` before anything runs (docs/design.md §2.1, §4)."""
+    """Every reason to reject ``plan`` before anything runs (docs/design.md §2.1, §4, §4.1)."""
     policy = state.policy
     problems = list(
         plan_problems(plan, tools=tools, max_nodes=policy.max_nodes, limits=policy.value_limits)
     )
     if problems:
         return problems
-    unknown = {
-        (record.tool, record.args_digest): record for record in unsettled_unknown_actions(state)
-    }
-    if not unknown:
-        return problems
-    for node in to_dispatch(plan, redo if kind is RevisionKind.LOCAL else None):
-        if effective_effect(node, tools) is not Effect.ACTION or any(iter_refs(node.args)):
-            continue  # nodes whose args come from $refs are checked again at dispatch
-        record = unknown.get((node.tool, digest(node.args)))
-        if record is not None:
-            problems.append(
-                f"node {node.id!r} repeats action {node.tool!r} with the same args as record "
-                f"{record.id}, whose outcome is unknown; observe or reconcile it first, or "
-                "change the action"
-            )
+    dispatched = to_dispatch(plan, redo if kind is RevisionKind.LOCAL else None)
+    problems.extend(effect_problems(state, plan, dispatched, tools))
+    problems.extend(
+        compensation_problems(state, plan.compensate, kind=kind, compensates=compensates)
+    )
     return problems

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pev.engine._threads import current_pool, sync_call
-from pev.ledger import RevisionKind, Usage
+from pev.ledger import RevisionKind, TaskEffect, Usage
 from pev.model import (
     Evidence,
     EvidencePhase,
@@ -89,6 +89,10 @@ class PlanRequest:
         kept_results: Outputs of the nodes a local replan keeps.
         rejections: Why earlier plans of this task were rejected, one entry per problem.
         unknown_records: Action records whose outcome is unknown: do not repeat them blindly.
+        effects: What the task's actions did to the world, in every revision so far (tool,
+            args, key, status, result, revision, whether superseded or compensated): a node
+            that intends one of these that took effect is satisfied by it, not sent again
+            (docs/engine.md, "Effects happen once").
     """
 
     kind: RevisionKind
@@ -110,6 +114,7 @@ class PlanRequest:
     kept_results: Mapping[str, JsonValue] = field(default_factory=_frozen_map)
     rejections: tuple[str, ...] = ()
     unknown_records: tuple[ExecutionRecord, ...] = ()
+    effects: tuple[TaskEffect, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from pev.kernel import Diagnosis, TaskStatus, TerminalReason
-from pev.ledger import TaskState, lineage_records, lineage_results
+from pev.ledger import TaskEffect, TaskState, lineage_records, lineage_results
 from pev.model import DeviceFailure, JsonValue, NodeResult, Success, TaskId, VerifierFailure
 
 __all__ = ["RunResult"]
@@ -29,6 +29,10 @@ class RunResult:
             each failed node of the final plan with its error (``n2 (book_room): KeyError:
             'room' at tools.py:12 in book_room``), and for an untrustworthy verdict, what was
             wrong with it; ``; `` between them. Empty for a success.
+        effects: What the task did to the world: each action that took effect, or may have
+            (``unknown``), or that a reconciliation settled, in the order they came about, with
+            the revision that superseded it and its compensation, where one did (docs/engine.md,
+            "Effects happen once"). Effects superseded and left in place are listed too.
     """
 
     task_id: TaskId
@@ -39,6 +43,7 @@ class RunResult:
     diagnosis: Diagnosis | None = None
     revisions: int = 0
     detail: str = ""
+    effects: tuple[TaskEffect, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -74,6 +79,7 @@ class RunResult:
             diagnosis=state.diagnoses[-1].diagnosis if state.diagnoses else None,
             revisions=len(state.revisions),
             detail=_detail(state, finished.detail, failed, results),
+            effects=tuple(state.effects.values()),
         )
 
 

@@ -22,25 +22,36 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
+from pev.engine._compensation import lineage_effect
+from pev.engine._effects import EffectMatcher, effective_effect, refusal
 from pev.engine._failures import Interrupted, carried, noted
 from pev.engine._host import TaskHost
-from pev.engine._planning import effective_effect
 from pev.engine._protocols import _NODE_CONTEXT, NodeContext
 from pev.engine._recordable import recordable_result
+from pev.engine._settle import QUERY_DISPATCHES
 from pev.errors import UsageError
 from pev.ledger import (
     Event,
     NodeDispatched,
     NodeFinished,
     NodeProgressed,
+    NodeReused,
     NodeSkipped,
+    RecordReconciled,
+    Refuse,
+    Reuse,
+    RevisionKind,
+    TaskEffect,
+    call_name,
+    effect_key,
+    effects_before,
     lineage_results,
-    unsettled_unknown_actions,
 )
 from pev.model import (
     DeviceFailure,
     Effect,
     ExecutionRecord,
+    JsonObject,
     JsonValue,
     NodeResult,
     Plan,
@@ -63,7 +74,8 @@ __all__ = ["Round", "RoundHost"]
 # waiting for it: a well-behaved executor reports its own timeout first.
 _TIMEOUT_GRACE_S = 0.05
 
-_Outcome = tuple[ExecutionRecord, RecordStatus, NodeResult | None]
+# A node's record, its terminal status and result, and what a reconcile established at once.
+_Outcome = tuple[ExecutionRecord, RecordStatus, NodeResult | None, NodeResult | None]
 _Start = tuple[ExecutionRecord, PlanNode, dict[str, JsonValue], NodeResult | None]
 
 
@@ -93,6 +105,20 @@ class RoundHost(TaskHost, Protocol):
         """Call the executor."""
         ...
 
+    async def settle_unknown(self, record: ExecutionRecord) -> NodeResult | None:
+        """What the executor's ``reconcile`` establishes of a record just ended ``unknown``.
+
+        ``None`` when it cannot tell (or has no ``reconcile``); asked at most once per record.
+        """
+        ...
+
+    async def supersede(self, effect: TaskEffect, reason: str) -> bool:
+        """Supersede an effect a redo node replaces, undoing it if its tool can.
+
+        False when its compensation failed: the effect is left in place, and the task ends.
+        """
+        ...
+
 
 class Round:
     """Runs one revision's round for whatever drives the task (a :class:`RoundHost`)."""
@@ -112,19 +138,36 @@ class Round:
             for node_id, result in lineage.items()
             if isinstance(result, Success)
         }
-        self._unknown = {(r.tool, r.args_digest) for r in unsettled_unknown_actions(state)}
+        self._matcher = EffectMatcher(plan, host.tools)
+        # The task's effects from before this revision, by call: what its actions match onto.
+        self._prior: dict[tuple[str | None, str], list[RecordId]] = {}
+        for effect in effects_before(state, number):
+            self._prior.setdefault((effect.tool, effect.args_digest), []).append(effect.record_id)
+        # The digest of each node's resolved args, for the nodes dispatched in this revision.
+        self._resolved: dict[str, str] = {}
         self._done: dict[str, bool] = {}
         for node in plan.nodes:
             if redo and node.id not in redo:
                 self._done[node.id] = isinstance(lineage.get(node.id), Success)
+        latest: dict[str, ExecutionRecord] = {}
+        # How many records each node has in this revision (a query a crash cut short has two).
+        self._dispatches: dict[str, int] = {}
         for record in state.records.values():
-            if record.revision == number and record.terminal:
+            if record.revision == number:
+                latest[record.node_id] = record
+                self._resolved[record.node_id] = record.args_digest
+                self._dispatches[record.node_id] = self._dispatches.get(record.node_id, 0) + 1
+        for node_id, record in latest.items():
+            if record.terminal and not _dispatched_again(record, state.results):
                 # A record of unknown outcome that a reconciliation settled counts as settled.
-                self._done[record.node_id] = isinstance(lineage.get(record.node_id), Success)
-        for skipped in state.skipped:
-            if skipped.revision == number:
-                self._done[skipped.node_id] = False
+                self._done[node_id] = isinstance(lineage.get(node_id), Success)
+        for reuse in state.reused:
+            if reuse.revision == number:
+                self._done[reuse.node_id] = True
+                self._resolved[reuse.node_id] = state.effects[reuse.record_id].args_digest
+        self._skip_again(plan, {s.node_id for s in state.skipped if s.revision == number})
         self._order = {node.id: index for index, node in enumerate(plan.nodes)}
+        self._plan_nodes = {node.id: node for node in plan.nodes}
         self._pending = {node.id: node for node in plan.nodes if node.id not in self._done}
         self._dependents: dict[str, list[str]] = {node.id: [] for node in plan.nodes}
         for node in plan.nodes:
@@ -140,6 +183,9 @@ class Round:
         self._waiter: asyncio.Future[None] | None = None
         # A KeyboardInterrupt or SystemExit a node raised: the round records and re-raises it.
         self._interrupt: BaseException | None = None
+        # Set when a compensation left an effect in place: nothing more is dispatched.
+        self._halted = False
+        self._redo = redo if state.revisions[-1].kind is RevisionKind.LOCAL else frozenset()
 
     async def run(self) -> bool:
         """Run the round; True if every node was dispatched or skipped (not cancelled or late).
@@ -153,12 +199,25 @@ class Round:
         running = self._running
         try:
             while True:
-                stopping = cancel.is_set() or drain.is_set() or deadline.passed()
+                stopping = self._halted or cancel.is_set() or drain.is_set() or deadline.passed()
                 starting: list[_Start] = []
                 if not stopping and self._ready:
                     room = max(limit - len(running), 0)
                     chosen = sorted(self._ready, key=self._order.__getitem__)[:room]
-                    starting = [self._prepare(self._ready.pop(node_id)) for node_id in chosen]
+                    for node_id in chosen:
+                        prepared = self._prepare(self._ready.pop(node_id))
+                        if isinstance(prepared, TaskEffect):
+                            events.extend(self._reused(node_id, prepared))
+                        else:
+                            starting.append(prepared)
+                    replaced = [
+                        (item, None if item[3] is not None else self._replaces(item[0]))
+                        for item in starting
+                    ]
+                    if any(old is not None for _, old in replaced):
+                        await host.write(events)  # what ended before goes first
+                        events = []
+                        starting = await self._undo_first(replaced)
                     events.extend(NodeDispatched(record=item[0]) for item in starting)
                 if events:
                     await host.write(events)
@@ -168,6 +227,8 @@ class Round:
                     task.add_done_callback(self._task_done)
                     running[node.id] = task
                 if not running:
+                    if self._ready and not stopping:
+                        continue  # reused nodes made others ready: dispatch them
                     break
                 ended = await self._next_ended(deadline.remaining_s() if not stopping else None)
                 if not ended and deadline.passed():
@@ -188,7 +249,12 @@ class Round:
             await asyncio.gather(*running.values(), return_exceptions=True)
             raise
         return not (
-            self._pending or self._ready or cancel.is_set() or drain.is_set() or deadline.passed()
+            self._pending
+            or self._ready
+            or self._halted
+            or cancel.is_set()
+            or drain.is_set()
+            or deadline.passed()
         )
 
     async def _halt(self, interrupt: BaseException, events: list[Event]) -> None:
@@ -274,25 +340,108 @@ class Round:
         return events
 
     def _finished(
-        self, record: ExecutionRecord, status: RecordStatus, result: NodeResult | None
+        self,
+        record: ExecutionRecord,
+        status: RecordStatus,
+        result: NodeResult | None,
+        settled: NodeResult | None = None,
     ) -> list[Event]:
         node_id = record.node_id
+        finished: list[Event] = [
+            NodeFinished(record_id=record.id, status=status, result=result, at=self._now())
+        ]
+        if settled is not None:
+            # Reconcile, then go on: what it established stands for the node in this round.
+            finished.append(
+                RecordReconciled(
+                    record_id=record.id,
+                    result=settled,
+                    note="settled by the tool's reconcile as soon as the call ended unknown",
+                )
+            )
+            result = settled
         if isinstance(result, Success):
             self._done[node_id] = True
             self._outputs[node_id] = result.value
         else:
             self._done[node_id] = False
-            if status is RecordStatus.UNKNOWN and record.effect is Effect.ACTION:
-                self._unknown.add((record.tool, record.args_digest))
-        finished: Event = NodeFinished(
-            record_id=record.id, status=status, result=result, at=self._now()
-        )
-        events = self._wake(list(self._dependents.get(node_id, ())))
-        events.insert(0, finished)
-        return events
+        return [*finished, *self._wake(list(self._dependents.get(node_id, ())))]
 
-    def _prepare(self, node: PlanNode) -> _Start:
-        """The pending record of a node about to start, with its resolved args."""
+    def _replaces(self, record: ExecutionRecord) -> TaskEffect | None:
+        """The effect a redo node's new call replaces: its earlier one in the lineage, if other.
+
+        Only for a local revision's redo nodes; a node whose args were known before the
+        revision began was settled then (see :mod:`~pev.engine._compensation`).
+        """
+        if record.node_id not in self._redo or record.effect is not Effect.ACTION:
+            return None
+        state = self._host.state
+        old = lineage_effect(state, record.node_id)
+        if (
+            old is None
+            or not old.in_world
+            or old.compensation is not None
+            or old.superseded == self._number
+            or (old.tool, old.args_digest) == (record.tool, record.args_digest)
+        ):
+            return None
+        return old
+
+    async def _undo_first(self, replaced: list[tuple[_Start, TaskEffect | None]]) -> list[_Start]:
+        """Supersede (and undo) what each starting node replaces; keep those that may start.
+
+        A compensation that fails halts the round: that node and those after it are not
+        dispatched (they go back to ready), and the driver ends the task.
+        """
+        starting: list[_Start] = []
+        for item, old in replaced:
+            node_id = item[1].id
+            if self._halted:
+                self._ready[node_id] = self._plan_nodes[node_id]
+                continue
+            if old is not None:
+                reason = f"revision {self._number} redoes node {node_id!r} with another call"
+                if not await self._host.supersede(old, reason):
+                    self._halted = True
+                    self._ready[node_id] = self._plan_nodes[node_id]
+                    continue
+            starting.append(item)
+        return starting
+
+    def _reused(self, node_id: str, effect: TaskEffect) -> list[Event]:
+        """A node satisfied by an effect the task already has: not sent, its dependents go on."""
+        self._done[node_id] = True
+        self._resolved[node_id] = effect.args_digest
+        if isinstance(effect.result, Success):
+            self._outputs[node_id] = effect.result.value
+        reused = NodeReused(revision=self._number, node_id=node_id, record_id=effect.record_id)
+        return [reused, *self._wake(list(self._dependents.get(node_id, ())))]
+
+    def _skip_again(self, plan: Plan, skipped: set[str]) -> None:
+        """Keep skipped the nodes of this revision a failed dependency still blocks.
+
+        A node skipped before (a resumed round) whose dependencies all succeeded since, or may
+        yet (a reconciliation settled one as done; a query a crash cut short runs again), is
+        left to be dispatched in this round.
+        """
+        after = {node.id: node.after for node in plan.nodes}
+        changed = True
+        while changed:
+            changed = False
+            for node_id in skipped:
+                if node_id not in self._done and any(
+                    self._done.get(dep) is False for dep in after.get(node_id, ())
+                ):
+                    self._done[node_id] = False
+                    changed = True
+
+    def _prepare(self, node: PlanNode) -> _Start | TaskEffect:
+        """The pending record of a node about to start, with its resolved args.
+
+        An action whose intended effect the task already has, settled as done, is not sent:
+        that effect is returned instead, and the node reuses it (docs/engine.md, "Effects
+        happen once").
+        """
         deps = {dep: self._outputs.get(dep) for dep in node.after}
         refused: NodeResult | None = None
         args: Mapping[str, JsonValue] = node.args
@@ -304,18 +453,36 @@ class Round:
             node = replace(node, args=args)
         effect = effective_effect(node, self._host.tools)
         args_digest = digest(args)
-        if (
-            refused is None
-            and effect is Effect.ACTION
-            and (node.tool, args_digest) in self._unknown
-        ):
-            refused = VerifierFailure(
+        self._resolved[node.id] = args_digest
+        occurrence: int | None = None
+        key: str | None = None
+        if effect is Effect.ACTION and refused is None:
+            effects = self._host.state.effects  # read now: a compensation may have changed one
+            intent = self._matcher.intent(
                 node.id,
-                f"refused to repeat action {node.tool!r} with the same args as a record whose "
-                "outcome is unknown; observe or reconcile it first, or change the action",
+                args_digest,
+                effects=[effects[rid] for rid in self._prior.get((node.tool, args_digest), ())],
+                resolved=self._resolved.get,
             )
-        # A node is dispatched at most once per revision, so this id is unique in the task.
-        record_id = RecordId(f"{self._number}:{node.id}")
+            match intent:
+                case Reuse(effect=done):
+                    return done
+                case Refuse(effect=unknown):
+                    refused = VerifierFailure(node.id, refusal(node, unknown))
+                case _:
+                    occurrence = intent.occurrence
+                    call = call_name(node.tool, node.id)
+                    key = effect_key(self._task_id, call, args_digest, occurrence)
+        dispatches = self._dispatches.get(node.id, 0) + 1
+        self._dispatches[node.id] = dispatches
+        # A node is dispatched once per revision, or again when a crash cut a query short.
+        record_id = RecordId(
+            f"{self._number}:{node.id}" + (f".{dispatches}" if dispatches > 1 else "")
+        )
+        recorded_args: JsonObject | None = None
+        if occurrence is not None and node.id in self._with_refs:
+            # Args a $ref filled are recorded; the others are the plan's, already in the ledger.
+            recorded_args = freeze_json(args)  # type: ignore[assignment]  # args are an object
         now = self._now()
         self._dispatched[record_id] = asyncio.get_running_loop().time()
         record = ExecutionRecord.pending(
@@ -326,8 +493,10 @@ class Round:
             tool=node.tool,
             args_digest=args_digest,
             effect=effect,
-            idempotency_key=f"{self._task_id}/{record_id}",
+            idempotency_key=key or f"{self._task_id}/{record_id}",
             at=now,
+            occurrence=occurrence,
+            args=recorded_args,
         )
         return record, node, deps, refused
 
@@ -356,7 +525,7 @@ class Round:
     ) -> _Outcome:
         dispatched = self._dispatched.pop(record.id)
         if refused is not None:
-            return record, record_status_for(refused), refused
+            return record, record_status_for(refused), refused, None
         host = self._host
         action = record.effect is Effect.ACTION
         timeout = host.node_timeout(node)
@@ -372,7 +541,7 @@ class Round:
                 f"not started: its {timeout:g} s had passed since it was dispatched",
                 is_timeout=True,
             )
-            return record, record_status_for(late), late
+            return record, record_status_for(late), late, None
         context = NodeContext(
             task_id=self._task_id,
             node_id=node.id,
@@ -398,10 +567,15 @@ class Round:
         except Interrupted as interrupted:
             if self._interrupt is None:
                 self._interrupt = interrupted.raised
-            note = "; the action may or may not have taken effect" if action else ""
+            cut = describe_exception(interrupted.raised)
+            if not action and self._dispatches[node.id] < QUERY_DISPATCHES:
+                # A read cut short changed nothing: it runs again when the task is resumed.
+                return record, RecordStatus.CANCELLED, None, None
             result = DeviceFailure(
                 node.id,
-                f"interrupted by {describe_exception(interrupted.raised)}{note}",
+                f"interrupted by {cut}; the action may or may not have taken effect"
+                if action
+                else f"interrupted by {cut}; this query was cut short {QUERY_DISPATCHES} times",
                 outcome_unknown=action,
             )
         except TimeoutError as exc:
@@ -418,7 +592,7 @@ class Round:
                 )
         except asyncio.CancelledError:
             if not action:
-                return record, RecordStatus.CANCELLED, None
+                return record, RecordStatus.CANCELLED, None, None
             result = DeviceFailure(
                 node.id,
                 "cancelled while running; the action's outcome is unknown",
@@ -434,7 +608,14 @@ class Round:
             limits=host.state.policy.value_limits,
             source=f"tool {node.tool!r}" if node.tool else "the executor",
         )
-        return record, record_status_for(result), result
+        status = record_status_for(result)
+        settled = None
+        if status is RecordStatus.UNKNOWN and action:
+            try:
+                settled = await host.settle_unknown(record)
+            except asyncio.CancelledError:
+                settled = None  # the round is being stopped: the record stays unknown
+        return record, status, result, settled
 
     async def _report(self, record_id: RecordId, status: RecordStatus) -> None:
         if status not in (RecordStatus.ACCEPTED, RecordStatus.RUNNING):
@@ -445,6 +626,21 @@ class Round:
         event = NodeProgressed(record_id=record_id, status=RecordStatus(status), at=self._now())
         # Shielded: a node cancelled at the deadline must not cut a write in half.
         await asyncio.shield(self._host.write([event]))
+
+
+def _dispatched_again(record: ExecutionRecord, results: Mapping[RecordId, NodeResult]) -> bool:
+    """Whether a terminal record's node is dispatched again in its revision.
+
+    A query that a crash, a takeover or an interrupt cut short (``cancelled``, no result, in a
+    revision still executing) changed nothing, so it runs again as a new record; the settling
+    on resume (or the round, for an interrupt) ends it ``failed`` instead once it was cut short
+    :data:`~pev.engine._settle.QUERY_DISPATCHES` times.
+    """
+    return (
+        record.effect is Effect.QUERY
+        and record.status is RecordStatus.CANCELLED
+        and record.id not in results
+    )
 
 
 def _release(waiter: asyncio.Future[None]) -> None:

@@ -1,10 +1,14 @@
 """Settling records whose outcome the engine does not know (docs/engine.md, "Crash and resume").
 
-Two moments call for it. Right after a round, a call that timed out or crashed may or may not
-have taken effect: when the executor can tell (``reconcile(record)``), what it establishes is a
-``record_reconciled`` event, and the record itself is never rewritten. On resume, records a crash
-left ``pending``, ``accepted`` or ``running`` are settled the same way, else marked ``unknown``
-(an action) or ``failed`` (a query). Either way nothing is dispatched again, and the executor is
+Three moments call for it. As soon as an action ends ``unknown`` (a call that timed out or
+crashed may or may not have taken effect), and after each round for what is left: when the
+executor can tell (``reconcile(record)``), what it establishes is a ``record_reconciled``
+event, and the record itself is never rewritten; settled as done in the round, the nodes behind
+it go on. On resume, records a crash left ``pending``, ``accepted`` or ``running`` are settled
+the same way, else an action is marked ``unknown`` and never sent again, while a query (a read,
+safe to repeat) is ended ``cancelled`` and dispatched again as a new record, up to
+:data:`QUERY_DISPATCHES` times in a revision; the current revision's actions of unknown
+outcome are asked about too, so that the round goes on from what they did. The executor is
 asked about each record at most once per drive.
 
 A record left unfinished by an earlier driver may still be in flight: fencing stops that driver's
@@ -27,7 +31,14 @@ from typing import Any
 
 from pev.engine._host import TaskHost
 from pev.engine._recordable import recordable_result
-from pev.ledger import Event, NodeFinished, RecordReconciled, unfinished_records
+from pev.ledger import (
+    Event,
+    NodeFinished,
+    RecordReconciled,
+    TaskPhase,
+    TaskState,
+    unfinished_records,
+)
 from pev.model import (
     DeviceFailure,
     Effect,
@@ -40,9 +51,16 @@ from pev.model import (
     record_status_for,
 )
 
-__all__ = ["Settler"]
+__all__ = ["QUERY_DISPATCHES", "Settler"]
 
 log = logging.getLogger("pev.engine")
+
+QUERY_DISPATCHES = 3
+"""How often one query may be dispatched in a revision when crashes keep cutting it short.
+
+A read that a crash, a takeover or an interrupt left unfinished runs again; one that was cut
+short this often (a query that brings its process down, say) is settled as a device failure.
+"""
 
 
 class Settler:
@@ -66,10 +84,12 @@ class Settler:
         self._cancel = cancel or asyncio.Event()
         self._asked: set[RecordId] = set()
 
-    async def after_round(self, number: int) -> None:
+    async def after_round(self, number: int, *, unfinished: bool = False) -> None:
         """Settle what the executor can tell of round ``number``'s records of unknown outcome.
 
         An answer that is itself of unknown outcome, ``None``, or an exception settles nothing.
+        With ``unfinished`` (on resume), a record is asked about as one a crash left unfinished
+        is: once its call can no longer land.
         """
         if self._reconcile is None:
             return
@@ -83,7 +103,7 @@ class Settler:
                 or record.id in self._asked
             ):
                 continue
-            result = await self._ask(record)
+            result = await (self._ask_unfinished(record) if unfinished else self._ask(record))
             if result is None or (isinstance(result, DeviceFailure) and result.outcome_unknown):
                 continue
             events.append(
@@ -95,34 +115,62 @@ class Settler:
             )
         await self._host.write(events)
 
-    async def unfinished(self) -> None:
-        """Settle records a crash left unfinished: reconcile them, else mark them unknown.
+    async def right_after(self, record: ExecutionRecord) -> NodeResult | None:
+        """What ``reconcile`` establishes of an action that just ended ``unknown``, if anything.
 
-        An unfinished node is never dispatched again: an action is never re-sent on resume.
+        ``None`` when the executor cannot tell (no ``reconcile``, an answer of unknown outcome,
+        ``None``, an exception); the record is not asked about again in this drive.
         """
+        if self._reconcile is None or record.id in self._asked:
+            return None
+        result = await self._ask(record)
+        if result is None or (isinstance(result, DeviceFailure) and result.outcome_unknown):
+            return None
+        return result
+
+    async def unfinished(self) -> None:
+        """Settle what a crash left unfinished, then what the current revision left unknown.
+
+        An unfinished action is reconciled, else marked ``unknown``: it is never re-sent on
+        resume. An unfinished query is reconciled, else ended ``cancelled``: the round
+        dispatches it again (a failure once it was cut short :data:`QUERY_DISPATCHES` times).
+        """
+        state = self._host.state
         events: list[Event] = []
-        for record in unfinished_records(self._host.state):
+        for record in unfinished_records(state):
             result = await self._ask_unfinished(record)
+            status = None if result is None else record_status_for(result)
             if result is None and record.effect is Effect.ACTION:
                 result = DeviceFailure(
                     record.node_id,
                     "the process driving this action stopped; its outcome is unknown",
                     outcome_unknown=True,
                 )
+                status = RecordStatus.UNKNOWN
+            elif result is None and _cut_short(state, record) < QUERY_DISPATCHES:
+                status = RecordStatus.CANCELLED  # a read: it runs again
             elif result is None:
                 result = DeviceFailure(
-                    record.node_id, "the process running this query stopped before it answered"
+                    record.node_id,
+                    f"the process running this query stopped before it answered, "
+                    f"{QUERY_DISPATCHES} times",
                 )
+                status = RecordStatus.FAILED
+            assert status is not None  # noqa: S101 - every branch above sets it
             events.append(
                 NodeFinished(
                     record_id=record.id,
-                    status=record_status_for(result),
+                    status=status,
                     result=result,
                     at=self._host.deadline.now(),
                     settled_on_resume=True,
                 )
             )
         await self._host.write(events)
+        revision = self._host.state.revision
+        if revision is not None and self._host.state.phase is TaskPhase.EXECUTING:
+            # Reconcile, then go on: the round dispatches what a settled action blocked.
+            await self.after_round(revision.number, unfinished=True)
 
     async def _ask_unfinished(self, record: ExecutionRecord) -> NodeResult | None:
         """What an unfinished record did, asked once the call can no longer land (see above)."""
@@ -170,3 +218,12 @@ class Settler:
                 source="reconcile",
             )
         return None
+
+
+def _cut_short(state: TaskState, record: ExecutionRecord) -> int:
+    """How many records the query's node has in its revision: the times it was dispatched."""
+    return sum(
+        1
+        for other in state.records.values()
+        if other.revision == record.revision and other.node_id == record.node_id
+    )

@@ -27,7 +27,15 @@ from pev.engine._retry import AttemptLog, retried_exceptions, retrying
 from pev.engine._secret import SecretUnavailable
 from pev.engine._signature import ArgumentsRejectedError
 from pev.engine._threads import submit, sync_call
-from pev.engine._tools import Reconciler, Tool, ToolLike, ToolRegistry, check_timeout
+from pev.engine._tools import (
+    Compensator,
+    Reconciler,
+    Tool,
+    ToolLike,
+    ToolRegistry,
+    check_timeout,
+)
+from pev.ledger import TaskEffect
 from pev.model import (
     DeviceFailure,
     Effect,
@@ -221,6 +229,43 @@ class ToolExecutor:
             return None
         return as_node_result(record.node_id, value, source=f"tool {found.name!r}'s reconcile")
 
+    def compensates(self, tool: str | None) -> bool:
+        """Whether the tool named ``tool`` declares a ``compensate`` for its effects."""
+        found = self._registry.get(tool) if tool is not None else None
+        return found is not None and found.compensate is not None
+
+    async def compensate(self, effect: TaskEffect) -> NodeResult:
+        """Undo one effect with its tool's ``compensate`` (see :data:`~pev.engine.Compensator`).
+
+        Bounded by the tool's timeout, else ``node_timeout_s``. A compensation that returns is a
+        success; one that raises or returns a failure did not undo the effect; one that runs
+        past the timeout may or may not have (``outcome_unknown``). It is never retried here.
+        """
+        found = self._registry.get(effect.tool) if effect.tool is not None else None
+        node_id = effect.node_id
+        if found is None or found.compensate is None:
+            return DeviceFailure(node_id, f"tool {effect.tool!r} declares no compensate")
+        undo = found.compensate
+        timeout = found.timeout_s if found.timeout_s is not None else self._node_timeout_s
+        who = f"the compensate of tool {found.name!r} (record {effect.record_id})"
+        context = _NODE_CONTEXT.get(None)  # the compensation's own, set by the engine
+        task_id = context.task_id if context is not None else ""
+        try:
+            async with asyncio.timeout(timeout):
+                value = await _undo(undo, effect)
+        except TimeoutError:
+            return DeviceFailure(
+                node_id,
+                f"{who} timed out after {timeout:g} s; it may or may not have undone the effect",
+                is_timeout=True,
+                outcome_unknown=True,
+            )
+        except Exception as exc:  # noqa: BLE001 - a compensation that raises did not undo it
+            return DeviceFailure(node_id, noted(exc, task_id=task_id, who=who))
+        if value is None:
+            return Success(None)
+        return as_node_result(node_id, value, source=who, action=True)
+
     async def _invoke(
         self, call: ToolCall, handover: list[concurrent.futures.Future[Any]] | None
     ) -> object:
@@ -406,6 +451,19 @@ class ToolCall:
         finally:
             if release:
                 lock.release()
+
+
+async def _undo(undo: Compensator, effect: TaskEffect) -> object:
+    """Call a compensation: a tool with the effect's args, typed; a function with the effect."""
+    if isinstance(undo, Tool):
+        if effect.args is None:
+            raise ValueError(
+                f"record {effect.record_id} does not hold the args it was sent with, which the "
+                f"compensating tool {undo.name!r} needs"
+            )
+        kwargs: dict[str, object] = {name: thaw_json(value) for name, value in effect.args.items()}
+        return await undo.call_with(kwargs, lambda: as_async(undo.fn)(**kwargs))
+    return await as_async(undo)(effect)
 
 
 def _thawed(node: PlanNode) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from pev.engine._signature import (
     read_signature,
     schema_json_types,
 )
+from pev.ledger import TaskEffect
 from pev.model import (
     ArgsCheck,
     DeviceFailure,
@@ -42,6 +43,7 @@ from pev.model import (
 
 __all__ = [
     "PLACEMENT_RESOURCES",
+    "Compensator",
     "Reconciler",
     "Tool",
     "ToolLike",
@@ -62,6 +64,18 @@ Reconciler: TypeAlias = Callable[[ExecutionRecord], Any]
 It looks at the world (by the record's ``idempotency_key``, say) and returns what the call really
 did: a :class:`~pev.model.NodeResult`, a plain value meaning ``Success(value)``, or ``None`` when
 it cannot tell (the record stays ``unknown``).
+"""
+
+
+Compensator: TypeAlias = "Callable[[TaskEffect], Any] | Tool[..., Any]"
+"""Undoes one effect of a tool: ``compensate(effect)``, sync or async, or a tool.
+
+A function is given the :class:`~pev.ledger.TaskEffect` (its ``args``, ``result``, ``value`` and
+``key``); a :class:`Tool` is called with the effect's args, typed by its own schema (a tool that
+mirrors the action: ``cancel_booking(room, day)`` for ``book(room, day)``). Returning (``None``
+or any value) means undone; raising, or returning a failure, means it was not; running past the
+tool's timeout leaves it unknown. Inside, ``current_node_context().idempotency_key`` is the
+compensation's own key, the same for every try of the same compensation.
 """
 
 
@@ -113,6 +127,9 @@ class Tool(Generic[P, R]):
             executor runs every call here and ignores it.
         reconcile: Settles a call of this tool whose outcome is unknown (a timed-out action,
             say), see :data:`Reconciler`; ``None``: such a call stays ``unknown``.
+        compensate: Undoes one effect of this tool (see :data:`Compensator`) when a replan
+            replaces it or a task unwinds (docs/engine.md, "Compensation"); ``None``: its
+            effects cannot be undone, and stay in place (listed as superseded).
         retry: How a call that raised is tried again (:class:`~pev.Retry`; an action only on
             :class:`~pev.NotSent`); ``None``: each call is made once.
         input_schema: Given, the JSON Schema of the args object, for a tool whose function
@@ -139,6 +156,7 @@ class Tool(Generic[P, R]):
     )
     reconcile: Reconciler | None = field(default=None, repr=False, compare=False)
     retry: Retry | None = field(default=None, compare=False)
+    compensate: Compensator | None = field(default=None, repr=False, compare=False)
     input_schema: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
     check: ArgsCheck | None = field(default=None, repr=False, compare=False)
     spec: ToolSpec = field(init=False, repr=False, compare=False)
@@ -167,6 +185,16 @@ class Tool(Generic[P, R]):
             raise TypeError(
                 f"tool {self.name!r}: reconcile must be a function of the record, "
                 f"got a {type(self.reconcile).__name__}"
+            )
+        if self.compensate is not None and not callable(self.compensate):
+            raise TypeError(
+                f"tool {self.name!r}: compensate must be a function of the effect, or a tool, "
+                f"got a {type(self.compensate).__name__}"
+            )
+        if self.compensate is not None and self.effect is Effect.QUERY:
+            raise ValueError(
+                f"tool {self.name!r}: a query changes nothing, so it has nothing to compensate; "
+                "drop compensate= or declare the tool effect='action'"
             )
         check_retry(self.retry, tool=self.name, effect=self.effect)
         if self.input_schema is None:
@@ -298,6 +326,7 @@ def tool(
     placement: Mapping[str, float] | None = None,
     reconcile: Reconciler | None = None,
     retry: Retry | None = None,
+    compensate: Compensator | None = None,
 ) -> Tool[P, R]: ...
 
 
@@ -314,6 +343,7 @@ def tool(
     placement: Mapping[str, float] | None = None,
     reconcile: Reconciler | None = None,
     retry: Retry | None = None,
+    compensate: Compensator | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -329,6 +359,7 @@ def tool(
     placement: Mapping[str, float] | None = None,
     reconcile: Reconciler | None = None,
     retry: Retry | None = None,
+    compensate: Compensator | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Turn a sync or async function into a :class:`Tool`: ``@tool`` or ``@tool(effect=...)``.
 
@@ -351,6 +382,10 @@ def tool(
         retry: How a call that raised is tried again, within the node's deadline:
             ``Retry(attempts=3, on=(ConnectionError,))`` (docs/tools.md, "Retries"). A query
             retries on the exceptions listed; an action only on :class:`~pev.NotSent`.
+        compensate: Undoes one effect of this action (see :data:`Compensator`): a function of
+            the effect, or a tool called with the effect's args. pev calls it, once per effect,
+            when a replan replaces the effect or a task unwinds (docs/engine.md,
+            "Compensation").
 
     Raises:
         TypeError: The function takes ``*args``, ``**kwargs`` or positional-only parameters,
@@ -378,6 +413,7 @@ def tool(
             placement=types.MappingProxyType({}) if placement is None else placement,
             reconcile=reconcile,
             retry=retry,
+            compensate=compensate,
         )
 
     return decorate if fn is None else decorate(fn)

@@ -143,7 +143,8 @@ def lesson_problems(
     problems: list[str] = []
     if len(normal) > MAX_LESSON_LENGTH:
         problems.append(f"longer than {MAX_LESSON_LENGTH} characters")
-    if not normal.isascii():
+    if not text.isascii():
+        # Checked before whitespace is folded: str.split() takes U+0085 and the like for spaces.
         problems.append("characters outside plain ASCII (another script, or look-alikes)")
     tools = {word.strip().casefold() for word in allowed if word.strip()}
     masked = _mask(normal, tools)

@@ -46,8 +46,8 @@ def event_text(event: object, schema: int = EventSchema.JCS_SHA256) -> str:
     """The canonical JSON text of an event in ``schema``'s form, as sealed and kept by stores.
 
     Raises:
-        CodecError: The event holds a value its schema cannot write (an integer beyond
-            ±(2**53 - 1) under JCS, say).
+        CodecError: The event holds a value its schema cannot write (an integer of more
+            than ``codec.MAX_INTEGER_DIGITS`` digits under JCS, say).
         ValueError: Its schema is not one this pev knows.
     """
     if schema == EventSchema.PEV_SHA256:
@@ -134,8 +134,8 @@ def seal(
         The entries, as a :class:`Sealed` tuple that also holds the texts it hashed.
 
     Raises:
-        CodecError: An event holds a value no ledger text can (an integer beyond
-            ±(2**53 - 1), text that is not valid Unicode).
+        CodecError: An event holds a value no ledger text can (an integer of more than
+            ``codec.MAX_INTEGER_DIGITS`` digits, text that is not valid Unicode).
     """
     schema = EventSchema.JCS_HMAC_SHA256 if key is not None else EventSchema.JCS_SHA256
     dumps = codec.dumps_jcs

@@ -39,9 +39,13 @@ __all__ = [
     "AwaitingReplan",
     "CancelRequested",
     "CaptureFailed",
+    "CompensationDispatched",
+    "CompensationFailed",
     "Diagnosed",
     "Dispatched",
     "DriverStarted",
+    "EffectCompensated",
+    "EffectSuperseded",
     "Event",
     "EventSchema",
     "EvidenceCaptured",
@@ -49,6 +53,7 @@ __all__ = [
     "NodeDispatched",
     "NodeFinished",
     "NodeProgressed",
+    "NodeReused",
     "NodeSkipped",
     "PlanRejected",
     "RawEntry",
@@ -60,6 +65,7 @@ __all__ = [
     "RoundExecuted",
     "TaskCreated",
     "TaskFinished",
+    "UnwindStarted",
     "Usage",
     "VerdictRecorded",
 ]
@@ -243,6 +249,123 @@ class RecordReconciled:
     result: NodeResult
     evidence_refs: tuple[str, ...] = ()
     note: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeReused:
+    """An action node is satisfied by an effect the task already has: it is not sent again.
+
+    The task had this intended effect (the same tool, canonical args and occurrence) from an
+    earlier revision, lineage or process, settled as done; the node takes that record's result
+    and its dependents run (docs/engine.md, "Effects happen once").
+
+    Attributes:
+        revision: The revision whose node it is.
+        node_id: The node.
+        record_id: The record of the effect it reuses.
+    """
+
+    kind: ClassVar[Literal["node_reused"]] = "node_reused"
+    revision: int
+    node_id: str
+    record_id: RecordId
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectSuperseded:
+    """A revision replaced an effect: its node is redone with other args, or the plan names it.
+
+    The effect stays in the world unless a compensation follows (written with this event when
+    its tool has one).
+
+    Attributes:
+        record_id: The effect's record.
+        revision: The revision that replaces it.
+        reason: Why, in words.
+    """
+
+    kind: ClassVar[Literal["effect_superseded"]] = "effect_superseded"
+    record_id: RecordId
+    revision: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompensationDispatched:
+    """A ``pending`` record of the call that undoes an effect, committed before it is made.
+
+    A compensation is itself an action: at most one per effect, never repeated; one a crash
+    leaves unfinished is settled ``unknown``.
+
+    Attributes:
+        effect: The record id of the effect it undoes.
+        record: The compensation's own record (its node is the effect's node).
+    """
+
+    kind: ClassVar[Literal["compensation_dispatched"]] = "compensation_dispatched"
+    effect: RecordId
+    record: ExecutionRecord
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectCompensated:
+    """A compensation succeeded: the effect it cites is undone.
+
+    Attributes:
+        effect: The record id of the effect undone.
+        record_id: The compensation's record.
+        result: What the compensation returned.
+        at: When it ended.
+    """
+
+    kind: ClassVar[Literal["effect_compensated"]] = "effect_compensated"
+    effect: RecordId
+    record_id: RecordId
+    result: NodeResult
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompensationFailed:
+    """A compensation failed or its outcome is unknown: the effect it cites is left in place.
+
+    Attributes:
+        effect: The record id of the effect.
+        record_id: The compensation's record.
+        status: ``failed`` or ``unknown``.
+        result: What the compensation returned, if anything.
+        at: When it ended.
+        settled_on_resume: A crash left it unfinished and it was settled on resume.
+    """
+
+    kind: ClassVar[Literal["compensation_failed"]] = "compensation_failed"
+    effect: RecordId
+    record_id: RecordId
+    status: RecordStatus
+    result: NodeResult | None
+    at: datetime
+    settled_on_resume: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnwindStarted:
+    """A task ending ``failed``, ``partial`` or ``cancelled`` undoes its effects first (a saga).
+
+    Written instead of the ``task_finished`` it would have written, when the policy asks for it
+    (``compensate_on_failure``) and the task has effects to undo; the task is ``compensating``
+    until each is undone, newest first, and then ends with this status and reason (``partial``
+    if an effect is left in place).
+
+    Attributes:
+        status: How the task ends once its effects are undone.
+        reason: Why it ends.
+        detail: The detail behind the reason.
+    """
+
+    kind: ClassVar[Literal["unwind_started"]] = "unwind_started"
+    status: TaskStatus
+    reason: TerminalReason
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -438,7 +561,13 @@ Event: TypeAlias = (
     | NodeProgressed
     | NodeFinished
     | NodeSkipped
+    | NodeReused
     | RecordReconciled
+    | EffectSuperseded
+    | CompensationDispatched
+    | EffectCompensated
+    | CompensationFailed
+    | UnwindStarted
     | EvidenceCaptured
     | CaptureFailed
     | RoundExecuted

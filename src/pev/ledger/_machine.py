@@ -23,6 +23,7 @@ from pev.kernel import (
     TerminalReason,
     deadline_passed,
 )
+from pev.ledger._effects import TaskEffect
 from pev.ledger._events import (
     ApprovalRequested,
     Approved,
@@ -36,6 +37,7 @@ from pev.ledger._events import (
     RevisionKind,
     TaskCreated,
     TaskFinished,
+    UnwindStarted,
     Usage,
 )
 from pev.ledger._phases import ALLOWED_PHASES, REPLAN_DEADLINE_PHASES, TaskPhase, allowed, needs
@@ -63,6 +65,7 @@ __all__ = [
     "reject",
     "reject_plan",
     "request_cancel",
+    "to_undo",
 ]
 
 
@@ -93,10 +96,32 @@ def new_task(
 
 def finish(
     state: TaskState, status: TaskStatus, reason: TerminalReason, *, detail: str = ""
-) -> TaskFinished:
-    """The final event, with the outputs of every succeeded node of the current plan."""
+) -> TaskFinished | UnwindStarted:
+    """How the task ends: the final event, with the outputs of every succeeded node of its plan.
+
+    With ``compensate_on_failure``, a task that would end ``failed``, ``partial`` or
+    ``cancelled`` while it has effects to undo unwinds first: the event is then
+    ``unwind_started``, carrying the ending (docs/engine.md, "Compensation"), and the
+    ``task_finished`` follows once its effects are undone.
+    """
+    if (
+        state.policy.compensate_on_failure
+        and status is not TaskStatus.SUCCEEDED
+        and state.unwinding is None
+        and to_undo(state)
+    ):
+        return UnwindStarted(status=status, reason=reason, detail=detail)
     return TaskFinished(
         status=status, reason=reason, outputs=MappingProxyType(outputs(state)), detail=detail
+    )
+
+
+def to_undo(state: TaskState) -> tuple[TaskEffect, ...]:
+    """The effects a task unwinding undoes, newest first: those that took effect and stand."""
+    return tuple(
+        effect
+        for effect in reversed(tuple(state.effects.values()))
+        if effect.happened and effect.in_world and effect.compensation is None
     )
 
 
@@ -108,7 +133,7 @@ def begin_replan(state: TaskState, *, now: datetime) -> tuple[Event, ...]:
     3. the replan deadline has not passed, else it ends failed/replan_deadline_expired.
 
     Returns:
-        ``(ReplanStarted,)`` when all three pass, else ``(TaskFinished,)``.
+        ``(ReplanStarted,)`` when all three pass, else the task's end (see :func:`finish`).
 
     Raises:
         StateError: The task is not awaiting a replan (a terminal task stays as it is).
@@ -338,7 +363,7 @@ def request_cancel(state: TaskState, *, reason: str = "") -> tuple[Event, ...]:
     return (requested,)
 
 
-def cancel_outcome(state: TaskState) -> TaskFinished:
+def cancel_outcome(state: TaskState) -> TaskFinished | UnwindStarted:
     """How a cancelled task ends: ``cancelled``, or ``failed`` if an action's outcome is unknown.
 
     Only action records of the current revision count: they are the ones the cancel interrupted,
@@ -353,7 +378,7 @@ def cancel_outcome(state: TaskState) -> TaskFinished:
     return finish(state, status, TerminalReason.CANCELLED, detail=detail)
 
 
-def _deadline_expired(state: TaskState) -> TaskFinished:
+def _deadline_expired(state: TaskState) -> TaskFinished | UnwindStarted:
     deadline = state.replan_deadline.isoformat() if state.replan_deadline else "?"
     return finish(
         state,

@@ -13,10 +13,11 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from pev.kernel import TaskStatus
-from pev.ledger._events import Event, NodeFinished
+from pev.ledger._events import CompensationFailed, Event, NodeFinished
 
 __all__ = [
     "ALLOWED_PHASES",
+    "COMPENSATION_SETTLED_ON_RESUME",
     "LEADS_TO",
     "PHASE_OF_STATUS",
     "REFUSALS",
@@ -39,6 +40,7 @@ class TaskPhase(StrEnum):
     VERIFYING = "verifying"
     AWAITING_REPLAN = "awaiting_replan"
     CANCELLING = "cancelling"
+    COMPENSATING = "compensating"
     SUCCEEDED = "succeeded"
     PARTIAL = "partial"
     FAILED = "failed"
@@ -59,11 +61,19 @@ _RUNNING = frozenset({TaskPhase.EXECUTING, TaskPhase.CANCELLING})
 SETTLED_ON_RESUME = "node_finished (settled_on_resume)"
 """The rule key of a ``node_finished`` that settles a record a crash left unfinished."""
 
+COMPENSATION_SETTLED_ON_RESUME = "compensation_failed (settled_on_resume)"
+"""The rule key of a ``compensation_failed`` that settles a compensation a crash left unfinished."""
+
+# Where a compensation runs: before a revision dispatches (executing), while a task unwinds
+# (compensating); a cancel written meanwhile does not cut its record short.
+_COMPENSATING = frozenset({TaskPhase.EXECUTING, TaskPhase.COMPENSATING, TaskPhase.CANCELLING})
+
 # The phase rule: the phases in which each event kind may be folded. Only live phases appear (a
 # terminal task accepts nothing), and task_created appears nowhere (it only starts a ledger). A
 # node_finished settled on resume has its own row: a crash can leave a record unfinished in any
-# live phase. cancel_requested is refused while cancelling, the one phase a cancel leads to: a
-# task is asked to stop once.
+# live phase (and one settling a compensation likewise). cancel_requested is refused while
+# cancelling, the one phase a cancel leads to (a task is asked to stop once), and while
+# compensating: a task that unwinds is already ending. unwind_started replaces a task_finished.
 ALLOWED_PHASES: Mapping[str, frozenset[TaskPhase]] = MappingProxyType(
     {
         "task_created": frozenset(),
@@ -75,6 +85,13 @@ ALLOWED_PHASES: Mapping[str, frozenset[TaskPhase]] = MappingProxyType(
         "node_finished": _RUNNING,
         SETTLED_ON_RESUME: _LIVE,
         "node_skipped": _RUNNING,
+        "node_reused": frozenset({TaskPhase.EXECUTING}),
+        "effect_superseded": frozenset({TaskPhase.EXECUTING}),
+        "compensation_dispatched": frozenset({TaskPhase.EXECUTING, TaskPhase.COMPENSATING}),
+        "effect_compensated": _COMPENSATING,
+        "compensation_failed": _COMPENSATING,
+        COMPENSATION_SETTLED_ON_RESUME: _LIVE,
+        "unwind_started": _LIVE - {TaskPhase.COMPENSATING},
         "record_reconciled": _LIVE,
         "evidence_captured": _LIVE,
         "capture_failed": _LIVE,
@@ -83,7 +100,7 @@ ALLOWED_PHASES: Mapping[str, frozenset[TaskPhase]] = MappingProxyType(
         "diagnosed": frozenset({TaskPhase.VERIFYING}),
         "dispatched": frozenset({TaskPhase.VERIFYING}),
         "awaiting_replan": frozenset({TaskPhase.VERIFYING, TaskPhase.PLANNING}),
-        "cancel_requested": _LIVE - {TaskPhase.CANCELLING},
+        "cancel_requested": _LIVE - {TaskPhase.CANCELLING, TaskPhase.COMPENSATING},
         "driver_started": _LIVE,
         "approval_requested": frozenset({TaskPhase.EXECUTING}),
         "approved": frozenset({TaskPhase.AWAITING_APPROVAL}),
@@ -104,6 +121,7 @@ LEADS_TO: Mapping[str, TaskPhase] = MappingProxyType(
         "approval_requested": TaskPhase.AWAITING_APPROVAL,
         "approved": TaskPhase.EXECUTING,
         "rejected": TaskPhase.PLANNING,
+        "unwind_started": TaskPhase.COMPENSATING,
     }
 )
 
@@ -129,15 +147,17 @@ REFUSALS: Mapping[str, str] = MappingProxyType(
     {kind: f"it needs phase {', '.join(needs(phases))}" for kind, phases in ALLOWED_PHASES.items()}
     | {
         "task_created": "a task is created once",
-        "cancel_requested": "a cancel was already requested",
+        "cancel_requested": "a cancel was already requested, or the task is unwinding its effects",
     }
 )
 
 
 def rule_of(event: Event) -> str:
-    """The row of :data:`ALLOWED_PHASES` for ``event``: its kind, or :data:`SETTLED_ON_RESUME`."""
+    """The row of :data:`ALLOWED_PHASES` for ``event``: its kind, or a settled-on-resume row."""
     if type(event) is NodeFinished and event.settled_on_resume:
         return SETTLED_ON_RESUME
+    if type(event) is CompensationFailed and event.settled_on_resume:
+        return COMPENSATION_SETTLED_ON_RESUME
     return event.kind
 
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pev.ledger._effects import EffectStatus, TaskEffect
+from pev.ledger._events import NodeReused
 from pev.ledger._state import Revision, TaskState
 from pev.model import (
-    Effect,
     EvidencePhase,
     ExecutionRecord,
     JsonValue,
     NodeResult,
     PlanNode,
-    RecordStatus,
     Success,
     record_ref,
     record_status_for,
@@ -24,6 +24,7 @@ from pev.model import (
 
 __all__ = [
     "NodeStanding",
+    "effects_before",
     "executed_ok",
     "known_refs",
     "lineage_records",
@@ -31,6 +32,7 @@ __all__ = [
     "missing_evidence",
     "node_standings",
     "outputs",
+    "reused_result",
     "unfinished_records",
     "unsettled_unknown_actions",
 ]
@@ -45,14 +47,45 @@ def lineage_records(state: TaskState) -> tuple[ExecutionRecord, ...]:
 
 
 def lineage_results(state: TaskState) -> dict[str, NodeResult]:
-    """Node id → latest result in the current lineage; a reconciliation overrides an unknown."""
+    """Node id → latest result in the current lineage; a reconciliation overrides an unknown.
+
+    A node satisfied by an effect the task already had (``node_reused``) has that effect's
+    result, in the revision that reused it.
+    """
     results: dict[str, NodeResult] = {}
+    if not state.reused:
+        for record in lineage_records(state):
+            result = _settled_result(state, record)
+            if result is not None:
+                results[record.node_id] = result
+        return results
+    # Reuses interleave with records by revision: the latest revision's wins for each node.
+    revision_of: dict[str, int] = {}
     for record in lineage_records(state):
-        settled = state.reconciled.get(record.id)
-        result = settled.result if settled is not None else state.results.get(record.id)
+        result = _settled_result(state, record)
         if result is not None:
             results[record.node_id] = result
+            revision_of[record.node_id] = record.revision
+    lineage = state.revisions[-1].lineage
+    for reuse in state.reused:
+        if reuse.revision < lineage or revision_of.get(reuse.node_id, 0) > reuse.revision:
+            continue
+        result = reused_result(state, reuse)
+        if result is not None:
+            results[reuse.node_id] = result
+            revision_of[reuse.node_id] = reuse.revision
     return results
+
+
+def _settled_result(state: TaskState, record: ExecutionRecord) -> NodeResult | None:
+    settled = state.reconciled.get(record.id)
+    return settled.result if settled is not None else state.results.get(record.id)
+
+
+def reused_result(state: TaskState, reuse: NodeReused) -> NodeResult | None:
+    """The result a reused node takes: the one its effect's record settled with."""
+    effect = state.effects.get(reuse.record_id)
+    return None if effect is None else effect.result
 
 
 def executed_ok(state: TaskState) -> bool:
@@ -87,15 +120,19 @@ def known_refs(state: TaskState) -> frozenset[str]:
 def unsettled_unknown_actions(state: TaskState) -> tuple[ExecutionRecord, ...]:
     """Action records whose outcome is unknown and that no reconciliation has settled.
 
-    A plan may not dispatch an action with the same tool and args as one of these.
+    A plan may not send again the intended effect of one of these (docs/engine.md, "Effects
+    happen once").
     """
     return tuple(
-        record
-        for record in state.records.values()
-        if record.status is RecordStatus.UNKNOWN
-        and record.effect is Effect.ACTION
-        and record.id not in state.reconciled
+        state.records[effect.record_id]
+        for effect in state.effects.values()
+        if effect.status is EffectStatus.UNKNOWN
     )
+
+
+def effects_before(state: TaskState, revision: int) -> tuple[TaskEffect, ...]:
+    """The task's effects that came about before ``revision``: what its plan is matched on."""
+    return tuple(effect for effect in state.effects.values() if effect.revision < revision)
 
 
 def unfinished_records(state: TaskState) -> tuple[ExecutionRecord, ...]:
@@ -120,8 +157,10 @@ class NodeStanding:
     Attributes:
         node: The plan's node.
         record: Its record in this revision, if it was dispatched.
-        state: The record's status, else ``skipped`` (a failed dependency kept it from running),
-            ``kept`` (a local replan left its earlier result in force) or ``not_dispatched``.
+        state: The record's status, else ``reused`` (an effect the task already had satisfied
+            it: ``record`` is that effect's record, from an earlier revision), ``skipped`` (a
+            failed dependency kept it from running), ``kept`` (a local replan left its earlier
+            result in force) or ``not_dispatched``.
         reconciled: What a reconciliation established for its record of unknown outcome (a
             record status), if one did.
     """
@@ -135,11 +174,19 @@ class NodeStanding:
 def node_standings(state: TaskState, revision: Revision) -> tuple[NodeStanding, ...]:
     """Each node of ``revision``'s plan, in plan order, with its record and state."""
     records = {r.node_id: r for r in state.records.values() if r.revision == revision.number}
+    reused = {
+        reuse.node_id: state.records[reuse.record_id]
+        for reuse in state.reused
+        if reuse.revision == revision.number
+    }
     skipped = {s.node_id for s in state.skipped if s.revision == revision.number}
     standings: list[NodeStanding] = []
     for node in revision.plan.nodes:
         record = records.get(node.id)
         reconciled = None
+        if record is None and node.id in reused:
+            standings.append(NodeStanding(node, reused[node.id], "reused", None))
+            continue
         if record is not None:
             word = str(record.status)
             settled = state.reconciled.get(record.id)

@@ -15,21 +15,27 @@ from typing import Any, NoReturn, assert_never
 
 from pev.errors import StateError
 from pev.kernel import GlobalReplan, LocalReplan, outcome_allowed
+from pev.ledger._effects import EffectStatus, TaskEffect, call_name
 from pev.ledger._events import (
     ApprovalRequested,
     Approved,
     AwaitingReplan,
     CancelRequested,
     CaptureFailed,
+    CompensationDispatched,
+    CompensationFailed,
     Diagnosed,
     Dispatched,
     DriverStarted,
+    EffectCompensated,
+    EffectSuperseded,
     Event,
     EvidenceCaptured,
     LedgerEntry,
     NodeDispatched,
     NodeFinished,
     NodeProgressed,
+    NodeReused,
     NodeSkipped,
     PlanRejected,
     RecordReconciled,
@@ -40,6 +46,7 @@ from pev.ledger._events import (
     RoundExecuted,
     TaskCreated,
     TaskFinished,
+    UnwindStarted,
     VerdictRecorded,
 )
 from pev.ledger._phases import (
@@ -53,14 +60,17 @@ from pev.ledger._phases import (
 )
 from pev.model import (
     TERMINAL_RECORD_STATUSES,
+    Effect,
     Evidence,
     ExecutionRecord,
     NodeResult,
     Plan,
     RecordId,
     RecordStatus,
+    Success,
     TaskId,
     VerificationContract,
+    iter_refs,
     record_status_for,
 )
 from pev.policy import RecoveryPolicy
@@ -124,6 +134,11 @@ class TaskState:
         records: Execution records by id, in dispatch order.
         results: Node results by record id.
         reconciled: Settlements of ``unknown`` records by record id.
+        effects: The task's effects by record id, in the order they came about: every action
+            record that succeeded, ended ``unknown`` or was reconciled, with what became of it
+            (docs/engine.md, "Effects happen once").
+        reused: Every action node satisfied by an effect the task already had, in order.
+        unwinding: How the task will end once its effects are undone, while it unwinds.
         skipped: Nodes not dispatched because a dependency did not succeed.
         evidence: Every captured observation.
         capture_failures: Every failed capture.
@@ -153,6 +168,9 @@ class TaskState:
     records: Mapping[RecordId, ExecutionRecord] = field(default_factory=_empty_mapping)
     results: Mapping[RecordId, NodeResult] = field(default_factory=_empty_mapping)
     reconciled: Mapping[RecordId, RecordReconciled] = field(default_factory=_empty_mapping)
+    effects: Mapping[RecordId, TaskEffect] = field(default_factory=_empty_mapping)
+    reused: tuple[NodeReused, ...] = ()
+    unwinding: UnwindStarted | None = None
     skipped: tuple[NodeSkipped, ...] = ()
     evidence: tuple[Evidence, ...] = ()
     capture_failures: tuple[CaptureFailed, ...] = ()
@@ -333,21 +351,24 @@ def _changes(state: TaskState, event: Event, *, at: datetime | None) -> dict[str
         case NodeDispatched():
             return _node_dispatched(state, event)
         case NodeProgressed():
-            record = _record(state, event, event.record_id)
-            if event.status not in (RecordStatus.ACCEPTED, RecordStatus.RUNNING):
-                _refuse(state, event, "progress is accepted or running; finishing is node_finished")
-            moved = record.advance(event.status, at=event.at)
-            return {"records": _with(state.records, record.id, moved)}
+            return _node_progressed(state, event)
         case NodeFinished():
             return _node_finished(state, event)
         case NodeSkipped():
             _require_revision(state, event, event.revision)
             return {"skipped": (*state.skipped, event)}
         case RecordReconciled():
-            record = _record(state, event, event.record_id)
-            if record.status is not RecordStatus.UNKNOWN or record.id in state.reconciled:
-                _refuse(state, event, f"record {record.id} is not an unsettled unknown record")
-            return {"reconciled": _with(state.reconciled, record.id, event)}
+            return _record_reconciled(state, event)
+        case NodeReused():
+            return _node_reused(state, event)
+        case EffectSuperseded():
+            return _effect_superseded(state, event)
+        case CompensationDispatched():
+            return _compensation_dispatched(state, event)
+        case EffectCompensated() | CompensationFailed():
+            return _compensation_ended(state, event)
+        case UnwindStarted():
+            return _unwind_started(state, event)
         case EvidenceCaptured():
             if any(item.id == event.evidence.id for item in state.evidence):
                 _refuse(state, event, f"evidence {event.evidence.id} was already captured")
@@ -472,6 +493,160 @@ def _node_dispatched(state: TaskState, event: NodeDispatched) -> dict[str, Any]:
     return {"records": _with(state.records, record.id, record)}
 
 
+def _replace(effect: TaskEffect, **changes: Any) -> TaskEffect:
+    fields = {name: getattr(effect, name) for name in TaskEffect.__slots__}
+    fields.update(changes)
+    return TaskEffect(**fields)
+
+
+def _effect(state: TaskState, event: Event, record_id: RecordId) -> TaskEffect:
+    effect = state.effects.get(record_id)
+    if effect is None:
+        _refuse(state, event, f"record {record_id} is not an effect of this task")
+    return effect
+
+
+def _node_progressed(state: TaskState, event: NodeProgressed) -> dict[str, Any]:
+    record = _record(state, event, event.record_id)
+    if event.status not in (RecordStatus.ACCEPTED, RecordStatus.RUNNING):
+        _refuse(state, event, "progress is accepted or running; finishing is node_finished")
+    moved = record.advance(event.status, at=event.at)
+    return {"records": _with(state.records, record.id, moved)}
+
+
+def _unwind_started(state: TaskState, event: UnwindStarted) -> dict[str, Any]:
+    if not outcome_allowed(event.status, event.reason) or event.status == "succeeded":
+        _refuse(state, event, f"a task cannot unwind to {event.status}/{event.reason}")
+    return {"unwinding": event, "planning": None}
+
+
+def _record_reconciled(state: TaskState, event: RecordReconciled) -> dict[str, Any]:
+    record = _record(state, event, event.record_id)
+    if record.status is not RecordStatus.UNKNOWN or record.id in state.reconciled:
+        _refuse(state, event, f"record {record.id} is not an unsettled unknown record")
+    changes = {"reconciled": _with(state.reconciled, record.id, event)}
+    effect = state.effects.get(record.id)
+    if effect is not None:
+        done = isinstance(event.result, Success)
+        status = EffectStatus.DONE if done else EffectStatus.NOT_DONE
+        settled = _replace(effect, status=status, result=event.result)
+        changes["effects"] = _with(state.effects, record.id, settled)
+    return changes
+
+
+def _effect_superseded(state: TaskState, event: EffectSuperseded) -> dict[str, Any]:
+    _require_revision(state, event, event.revision)
+    effect = _effect(state, event, event.record_id)
+    if not effect.in_world:
+        _refuse(state, event, f"effect {effect.record_id} is no longer in the world")
+    superseded = _replace(effect, superseded=event.revision)
+    return {"effects": _with(state.effects, effect.record_id, superseded)}
+
+
+def _node_reused(state: TaskState, event: NodeReused) -> dict[str, Any]:
+    _require_revision(state, event, event.revision)
+    revision = state.revisions[-1]
+    if event.node_id not in revision.node_ids:
+        _refuse(state, event, f"node {event.node_id!r} is not in the current plan")
+    effect = _effect(state, event, event.record_id)
+    # A compensation still under way may undo it at any moment: it does not stand yet.
+    undoing = effect.compensation is not None and not effect.compensation.terminal
+    if not (effect.happened and effect.in_world) or undoing:
+        _refuse(state, event, f"effect {effect.record_id} is not one that took effect and stands")
+    taken = any(
+        record.revision == event.revision and record.node_id == event.node_id
+        for record in state.records.values()
+    ) or any(
+        reuse.revision == event.revision and reuse.node_id == event.node_id
+        for reuse in state.reused
+    )
+    if taken:
+        _refuse(state, event, f"node {event.node_id!r} already ran in revision {event.revision}")
+    changes: dict[str, Any] = {"reused": (*state.reused, event)}
+    if effect.superseded is not None:
+        # In use again: a later revision's plan wants what it did.
+        changes["effects"] = _with(
+            state.effects, effect.record_id, _replace(effect, superseded=None)
+        )
+    return changes
+
+
+def _compensation_dispatched(state: TaskState, event: CompensationDispatched) -> dict[str, Any]:
+    effect = _effect(state, event, event.effect)
+    record = event.record
+    if not (effect.happened and effect.in_world):
+        _refuse(state, event, f"effect {effect.record_id} is not one that took effect and stands")
+    if effect.compensation is not None:
+        _refuse(state, event, f"effect {effect.record_id} was already compensated once")
+    if record.status is not RecordStatus.PENDING or record.task_id != state.task_id:
+        _refuse(state, event, "a compensation is committed as pending, in its own task")
+    if record.id in state.records or any(
+        other.compensation is not None and other.compensation.id == record.id
+        for other in state.effects.values()
+    ):
+        _refuse(state, event, f"record {record.id} already exists")
+    changed = _replace(effect, compensation=record)
+    return {"effects": _with(state.effects, effect.record_id, changed)}
+
+
+def _compensation_ended(
+    state: TaskState, event: EffectCompensated | CompensationFailed
+) -> dict[str, Any]:
+    effect = _effect(state, event, event.effect)
+    record = effect.compensation
+    if record is None or record.id != event.record_id:
+        _refuse(state, event, f"record {event.record_id} is not the compensation of this effect")
+    if record.terminal:
+        _refuse(state, event, f"the compensation {record.id} has already ended")
+    if isinstance(event, EffectCompensated):
+        status = RecordStatus.SUCCEEDED
+        if not isinstance(event.result, Success):
+            _refuse(state, event, "a compensation that undid its effect has a success result")
+    else:
+        status = event.status
+        if status not in (RecordStatus.FAILED, RecordStatus.UNKNOWN):
+            _refuse(state, event, f"a failed compensation is failed or unknown, not {status}")
+        if event.result is not None and record_status_for(event.result) is not status:
+            _refuse(state, event, f"a {event.result.kind} result does not give status {status}")
+    moved = record.advance(status, at=event.at, error=_error_of(event.result))
+    changed = _replace(effect, compensation=moved, compensation_result=event.result)
+    return {"effects": _with(state.effects, effect.record_id, changed)}
+
+
+def _new_effect(
+    state: TaskState, record: ExecutionRecord, status: RecordStatus, result: NodeResult | None
+) -> TaskEffect:
+    """The effect an action record that ended ``succeeded`` or ``unknown`` brings about."""
+    occurrence = record.occurrence
+    if occurrence is None:  # a record written before occurrences were: counted in order
+        call = call_name(record.tool, record.node_id)
+        occurrence = 1 + sum(
+            1
+            for effect in state.effects.values()
+            if (call_name(effect.tool, effect.node_id), effect.args_digest)
+            == (call, record.args_digest)
+            and effect.status is not EffectStatus.NOT_DONE
+        )
+    args = record.args
+    if args is None:  # an older record: its node's args, when no $ref had to be resolved
+        plan = state.revisions[record.revision - 1].plan
+        node = next((node for node in plan.nodes if node.id == record.node_id), None)
+        if node is not None and next(iter_refs(node.args), None) is None:
+            args = node.args  # type: ignore[assignment]  # a valid plan's args are a JsonObject
+    return TaskEffect(
+        record_id=record.id,
+        node_id=record.node_id,
+        revision=record.revision,
+        tool=record.tool,
+        args=args,
+        args_digest=record.args_digest,
+        occurrence=occurrence,
+        key=record.idempotency_key,
+        status=EffectStatus.SUCCEEDED if status is RecordStatus.SUCCEEDED else EffectStatus.UNKNOWN,
+        result=result,
+    )
+
+
 def _node_finished(state: TaskState, event: NodeFinished) -> dict[str, Any]:
     record = _record(state, event, event.record_id)
     if event.status not in TERMINAL_RECORD_STATUSES:
@@ -490,7 +665,14 @@ def _node_finished(state: TaskState, event: NodeFinished) -> dict[str, Any]:
     changes: dict[str, Any] = {"records": _with(state.records, record.id, moved)}
     if event.result is not None:
         changes["results"] = _with(state.results, record.id, event.result)
+    if record.effect is Effect.ACTION and event.status in _EFFECT_STATUSES:
+        effect = _new_effect(state, record, event.status, event.result)
+        changes["effects"] = _with(state.effects, record.id, effect)
     return changes
+
+
+# The record statuses that make an action an effect: it took effect, or may have.
+_EFFECT_STATUSES = frozenset({RecordStatus.SUCCEEDED, RecordStatus.UNKNOWN})
 
 
 def _error_of(result: NodeResult | None) -> str | None:

@@ -13,7 +13,7 @@ from pev.chat import ChatMessage, ChatModel, ChatRequest, LLMError
 from pev.codec import decode, encode
 from pev.engine import PlanRequest
 from pev.errors import CodecError, PlannerUnavailable, UsageError
-from pev.ledger import RevisionKind
+from pev.ledger import RevisionKind, TaskEffect
 from pev.llm._prompt import (
     Prompted,
     as_json,
@@ -176,6 +176,8 @@ def plan_prompt(request: PlanRequest) -> str:
                 bullets(one_line(problem, 500) for problem in request.rejections),
             )
         )
+    if request.effects:
+        parts.append(_effects_section(request.effects))
     if request.unknown_records:
         parts.append(_unknown_section(request.unknown_records, request))
     parts.append(section("Your answer", _ASK[request.kind]))
@@ -226,6 +228,42 @@ def _replan_sections(request: PlanRequest) -> list[str]:
             )
         )
     return parts
+
+
+# How many of the task's effects the prompt lists, newest last; older ones are counted.
+_EFFECTS_SHOWN = 30
+
+
+def _effects_section(effects: tuple[TaskEffect, ...]) -> str:
+    """What the task's actions already did to the world, and how a plan is matched onto it."""
+    shown = effects[-_EFFECTS_SHOWN:]
+    lines = []
+    if len(effects) > len(shown):
+        lines.append(f"({len(effects) - len(shown)} earlier effects not shown)")
+    for effect in shown:
+        args = "?" if effect.args is None else one_line(_compact(effect.args), 300)
+        notes = [str(effect.status)]
+        if effect.superseded is not None:
+            notes.append(f"superseded in revision {effect.superseded}")
+        if effect.compensation is not None:
+            notes.append(f"compensation {effect.compensation.status}")
+        value = "" if effect.value is None else f" -> {one_line(_compact(effect.value), 200)}"
+        lines.append(
+            f"- {effect.record_id}: {effect.tool or effect.node_id}({args}) occurrence "
+            f"{effect.occurrence}, revision {effect.revision}: {', '.join(notes)}{value}"
+        )
+    lines.append(
+        "An action node with the same tool and arguments as one of these that took effect is "
+        'not sent again: it takes that effect\'s result. Set "repeat": true on a node only to '
+        "do the same action once more on purpose. In a global replan, list record ids in the "
+        'plan\'s "compensate" to undo those effects before the new plan runs.'
+    )
+    return section("What this task already did to the world (its effects)", "\n".join(lines))
+
+
+def _compact(value: object) -> str:
+    """A value as JSON on one line, without spaces."""
+    return json.dumps(encode(value), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def _unknown_section(records: tuple[ExecutionRecord, ...], request: PlanRequest) -> str:

@@ -82,6 +82,8 @@ def plan_schema(
         "properties": {
             "goal": {"type": "string"},
             "nodes": {"type": "array", "items": node, "maxItems": max_nodes},
+            # Optional: in a global replan, record ids of the task's effects to undo first.
+            "compensate": {"type": "array", "items": {"type": "string"}, "maxItems": max_nodes},
         },
         "required": ["goal", "nodes"],
         "additionalProperties": False,
@@ -108,6 +110,8 @@ def _node(spec: ToolSpec | None, args: dict[str, Any], after: dict[str, Any]) ->
             "args": args,
             "after": after,
             "effect": {"type": "string", "enum": effects},
+            # Optional: true only to do an action the task already did once more, on purpose.
+            "repeat": {"type": "boolean"},
         },
         "required": ["id", "description", "tool", "args", "after", "effect"],
         "additionalProperties": False,

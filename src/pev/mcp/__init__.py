@@ -6,6 +6,8 @@
   server's input schema is the tool's schema; ``isError``, errors and a broken connection are
   failures, and an action whose connection broke mid-call is ``unknown``, never sent again.
   The session stays open for the block, the task's life, and is closed after it.
+  ``compensate={"book_room": "cancel_booking"}`` names the tool of the same server that undoes
+  an action's effect, called with the args the action was sent with.
 * :class:`MCPUnavailable`: a server could not be started or reached.
 
 A task records the servers its tools came from, so that ``pev resume`` and workers open them

@@ -56,6 +56,10 @@ class ServerConfig:
         timeout_s: How long one call may take; ``None``: the executor's ``node_timeout_s``.
         connect_timeout_s: How long starting or reaching the server, and listing its tools, may
             take.
+        compensate: Action tool → the tool of the same server that undoes one of its effects
+            (both by their names on the server): ``{"book_room": "cancel_booking"}``. The
+            compensating tool is called with the args the action was sent with; see
+            docs/mcp.md, "Compensation".
     """
 
     name: str
@@ -70,6 +74,7 @@ class ServerConfig:
     tools: tuple[str, ...] | None = None
     timeout_s: float | None = None
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    compensate: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         what = f"MCP server {self.name!r}"
@@ -103,6 +108,7 @@ class ServerConfig:
             object.__setattr__(self, "tools", names)
         _check_seconds(self.timeout_s, f"{what}: timeout_s", optional=True)
         _check_seconds(self.connect_timeout_s, f"{what}: connect_timeout_s", optional=False)
+        object.__setattr__(self, "compensate", _compensations(self.compensate, self.tools, what))
 
     def record(self) -> str:
         """The JSON text the ledger keeps for this server (values as given, never expanded)."""
@@ -118,6 +124,9 @@ class ServerConfig:
             "timeout_s": self.timeout_s,
             "connect_timeout_s": self.connect_timeout_s,
         }
+        if self.compensate:
+            # Only when given: the records of servers without it read as they always did.
+            data["compensate"] = dict(self.compensate)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -144,6 +153,7 @@ class ServerConfig:
                 tools=tuple(data["tools"]) if data.get("tools") is not None else None,
                 timeout_s=data.get("timeout_s"),
                 connect_timeout_s=data.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S),
+                compensate=data.get("compensate") or {},
             )
         except (ValueError, TypeError, KeyError) as exc:
             raise UsageError(
@@ -252,6 +262,38 @@ def _mapping(values: object, what: str) -> Mapping[str, str]:
                 "ledger records its name, never its value"
             )
         checked[key] = value
+    return MappingProxyType(checked)
+
+
+def _compensations(values: object, taken: tuple[str, ...] | None, what: str) -> Mapping[str, str]:
+    """``compensate`` checked as far as it can be without the server: names, and ``tools``.
+
+    Whether both names are tools of the server, and the compensated one an action, is checked
+    when the server is opened (``MCPServer``), which lists its tools.
+    """
+    if not isinstance(values, Mapping):
+        raise UsageError(
+            f"{what}: compensate must map an action tool to the tool that undoes it, such as "
+            f'{{ book_room = "cancel_booking" }}; got {type(values).__name__}'
+        )
+    checked: dict[str, str] = {}
+    for action, undo in values.items():
+        if not isinstance(action, str) or not action or not isinstance(undo, str) or not undo:
+            raise UsageError(
+                f"{what}: compensate must map tool names to tool names; {action!r} = {undo!r} "
+                "does not"
+            )
+        if action == undo:
+            raise UsageError(
+                f"{what}: compensate {action}: a tool cannot undo its own effect; name the "
+                "server's tool that undoes it, or drop the entry"
+            )
+        if taken is not None and action not in taken:
+            raise UsageError(
+                f"{what}: compensate {action}: tools does not take {action!r}, so nothing would "
+                "call it; add it to tools, or drop the entry"
+            )
+        checked[action] = undo
     return MappingProxyType(checked)
 
 

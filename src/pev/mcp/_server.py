@@ -93,6 +93,7 @@ class MCPServer:
         tools: Iterable[str] | None = None,
         timeout_s: float | None = None,
         connect_timeout_s: float = 30.0,
+        compensate: Mapping[str, str] | None = None,
     ) -> MCPServer:
         """A server pev starts as a process, talking MCP over its stdin and stdout.
 
@@ -110,6 +111,10 @@ class MCPServer:
             tools: Take only these of its tools (their names on the server).
             timeout_s: How long one call may take; default: the executor's ``node_timeout_s``.
             connect_timeout_s: How long starting it and listing its tools may take.
+            compensate: Action tool → the tool of this server that undoes one of its effects,
+                by their names on the server (``{"book_room": "cancel_booking"}``); the undoing
+                tool is called with the args the action was sent with. Checked when the server
+                is opened: both must be its tools, the first an action.
 
         Raises:
             UsageError: A value pev cannot use, naming it.
@@ -128,6 +133,7 @@ class MCPServer:
                 tools=_names(tools),
                 timeout_s=timeout_s,
                 connect_timeout_s=connect_timeout_s,
+                compensate=compensate if compensate is not None else {},
             )
         )
 
@@ -142,6 +148,7 @@ class MCPServer:
         tools: Iterable[str] | None = None,
         timeout_s: float | None = None,
         connect_timeout_s: float = 30.0,
+        compensate: Mapping[str, str] | None = None,
     ) -> MCPServer:
         """A server at a streamable-HTTP endpoint (``http://127.0.0.1:8000/mcp``).
 
@@ -155,6 +162,7 @@ class MCPServer:
             tools: As for :meth:`stdio`.
             timeout_s: As for :meth:`stdio`.
             connect_timeout_s: How long reaching it and listing its tools may take.
+            compensate: As for :meth:`stdio`.
 
         Raises:
             UsageError: A value pev cannot use, naming it.
@@ -169,6 +177,7 @@ class MCPServer:
                 tools=_names(tools),
                 timeout_s=timeout_s,
                 connect_timeout_s=connect_timeout_s,
+                compensate=compensate if compensate is not None else {},
             )
         )
 
@@ -194,11 +203,12 @@ class MCPServer:
         return self._lost
 
     async def __aenter__(self) -> Self:
-        """Start or reach the server and list its tools, within ``connect_timeout_s``.
+        """Start or reach the server within ``connect_timeout_s``; check ``compensate``.
 
         Raises:
             MCPUnavailable: It could not be started or reached, or did not answer in time.
-            UsageError: This instance was opened before, or an ``${NAME}`` is not set.
+            UsageError: This instance was opened before, an ``${NAME}`` is not set, or
+                ``compensate`` names a tool the server lacks, or one that is read-only.
         """
         if self._owner is not None or self._closed:
             raise UsageError(
@@ -221,6 +231,12 @@ class MCPServer:
         except BaseException:
             await self._close(cancel=True)
             raise
+        if self.config.compensate:
+            try:
+                _compensations(self.name, await self._list(), self.config.compensate)
+            except BaseException:
+                await self._close(cancel=True)
+                raise
         return self
 
     async def __aexit__(
@@ -236,10 +252,12 @@ class MCPServer:
         """The server's tools as pev tools, listed now (only those ``tools`` names, if given).
 
         Raises:
-            UsageError: The server is not open, or lacks a tool that ``tools`` names.
+            UsageError: The server is not open, or lacks a tool that ``tools`` or ``compensate``
+                names, or ``compensate`` names a read-only tool.
             MCPUnavailable: The tools could not be listed, or one's schema is invalid.
         """
         listed = await self._list()
+        undo = _compensations(self.name, listed, self.config.compensate)
         by_name = {tool.name: tool for tool in listed}
         wanted = self.config.tools
         if wanted is not None:
@@ -262,6 +280,7 @@ class MCPServer:
                         prefix=self.config.prefix,
                         timeout_s=self.config.timeout_s,
                         source=(self.record_key, self.config.record()),
+                        compensate=undo.get(tool.name),
                     )
                 )
             except jsonschema.SchemaError as exc:
@@ -394,6 +413,35 @@ class MCPServer:
             server=self.name,
             where=config.where(),
         )
+
+
+def _compensations(
+    server: str, listed: Sequence[mcp_types.Tool], compensate: Mapping[str, str]
+) -> Mapping[str, str]:
+    """``compensate``, checked against the tools the server lists.
+
+    Raises:
+        UsageError: A name that is no tool of the server, or a read-only tool to compensate.
+    """
+    by_name = {tool.name: tool for tool in listed}
+    for action, undo in compensate.items():
+        for name in (action, undo):
+            if name not in by_name:
+                close = difflib.get_close_matches(name, list(by_name), n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise UsageError(
+                    f"MCP server {server!r}: compensate {action} = {undo!r} names {name!r}, "
+                    f"which is no tool of the server ({hint}it has: "
+                    f"{', '.join(sorted(by_name)) or 'none'}); name its tools, or drop the entry"
+                )
+        annotations = by_name[action].annotations
+        if annotations is not None and annotations.read_only_hint is True:
+            raise UsageError(
+                f"MCP server {server!r}: compensate {action} = {undo!r}: {action!r} is read-only "
+                "(readOnlyHint), a query with no effect to undo; compensate only its actions, "
+                "or drop the entry"
+            )
+    return compensate
 
 
 def _errlog() -> TextIO:

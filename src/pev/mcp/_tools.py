@@ -6,7 +6,8 @@ again before the call. A result's structured content is the node's output; witho
 text (one block: the string; several: a list), other blocks as small descriptions (their bytes
 are not kept). ``isError``, an error the server answers and a broken connection are failures;
 for an action whose request may have reached the server before the connection broke, the
-outcome is unknown, so it is never sent again.
+outcome is unknown, so it is never sent again. An action may name a tool of the same server that
+undoes its effects (``compensate``): it is called with the effect's args, and answers the same way.
 """
 
 from __future__ import annotations
@@ -22,9 +23,18 @@ from mcp.shared.exceptions import MCPError
 from pev._json import thaw_json
 from pev.engine import Tool, current_node_context
 from pev.errors import NotSent
+from pev.ledger import TaskEffect
 from pev.model import DeviceFailure, Effect, JsonValue, NodeResult, Success
 
-__all__ = ["IDEMPOTENCY_META_KEY", "SchemaCheck", "ToolCall", "build_tool", "result_value"]
+__all__ = [
+    "IDEMPOTENCY_META_KEY",
+    "Compensation",
+    "SchemaCheck",
+    "ToolCall",
+    "build_tool",
+    "call_tool",
+    "result_value",
+]
 
 log = logging.getLogger("pev.mcp")
 
@@ -119,43 +129,83 @@ class ToolCall:
 
     async def __call__(self, **arguments: Any) -> NodeResult | JsonValue:
         """Call the tool with ``arguments`` (plain JSON) and turn its answer into a result."""
-        session, where = (
-            self._session,
-            f"MCP tool {self._remote!r} of server {self._session.name!r}",
-        )
-        broken = session.broken
-        if broken is not None:
-            # Known before anything is written: nothing was sent.
-            raise NotSent(f"{where} was not called: the connection was lost earlier ({broken})")
-        plain = {key: thaw_json(value) for key, value in arguments.items()}
-        try:
-            result = await session.call(self._remote, plain, _meta())
-        except MCPError as exc:
-            if exc.code in _NO_ANSWER:
-                session.lost(exc.message)
-                return self._broken(where, f"{exc.message} (MCP error {exc.code})")
-            # The server answered with an error: the tool did not run.
-            return DeviceFailure("", f"{where} failed: {exc.message} (MCP error {exc.code})")
-        except OSError as exc:
-            session.lost(f"{type(exc).__name__}: {exc}")
-            return self._broken(where, f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # noqa: BLE001 - any other way the call ended without an answer
-            # A malformed answer, say: the server may have run the tool, so what an action
-            # did is unknown.
-            return self._broken(where, f"no usable answer: {type(exc).__name__}: {exc}")
-        if result.is_error:
-            return DeviceFailure("", f"{where} failed: {_text_of(result.content) or 'isError'}")
-        return Success(result_value(result))
+        return await call_tool(self._session, self._remote, arguments, action=self._action)
 
-    def _broken(self, where: str, why: str) -> DeviceFailure:
-        if self._action:
-            return DeviceFailure(
-                "",
-                f"{where}: the connection broke during the call ({why}); the action may or "
-                "may not have taken effect, so it is not sent again",
-                outcome_unknown=True,
+
+class Compensation:
+    """The ``compensate`` of an MCP action: the server's tool that undoes one of its effects.
+
+    Given the effect (a :class:`~pev.ledger.TaskEffect`), it calls the compensating tool with
+    the args the action was sent with, carrying the compensation's own idempotency key in
+    ``_meta``. An answer is as for any call: ``isError`` or an error the server answers is a
+    failure (the effect is left in place); a broken connection leaves it unknown.
+    """
+
+    __slots__ = ("_remote", "_session", "undoes")
+
+    def __init__(self, session: Session, remote: str, *, undoes: str) -> None:
+        self._session = session
+        self._remote = remote
+        self.undoes = undoes
+
+    async def __call__(self, effect: TaskEffect) -> NodeResult | JsonValue:
+        """Undo ``effect`` with the compensating tool."""
+        if effect.args is None:
+            raise ValueError(
+                f"record {effect.record_id} does not hold the args it was sent with, which MCP "
+                f"tool {self._remote!r} of server {self._session.name!r} needs to undo it"
             )
-        return DeviceFailure("", f"{where}: the connection broke ({why})")
+        return await call_tool(self._session, self._remote, dict(effect.args), action=True)
+
+    def __repr__(self) -> str:
+        return f"Compensation({self._session.name!r}: {self._remote!r} undoes {self.undoes!r})"
+
+
+async def call_tool(
+    session: Session, remote: str, arguments: Mapping[str, Any], *, action: bool
+) -> NodeResult | JsonValue:
+    """Call MCP tool ``remote`` with ``arguments``; its answer as a node result.
+
+    The call carries the current node's idempotency key in ``_meta``.
+
+    Raises:
+        NotSent: The connection was known to be lost before the call: nothing was sent.
+    """
+    where = f"MCP tool {remote!r} of server {session.name!r}"
+    broken = session.broken
+    if broken is not None:
+        # Known before anything is written: nothing was sent.
+        raise NotSent(f"{where} was not called: the connection was lost earlier ({broken})")
+    plain = {key: thaw_json(value) for key, value in arguments.items()}
+    try:
+        result = await session.call(remote, plain, _meta())
+    except MCPError as exc:
+        if exc.code in _NO_ANSWER:
+            session.lost(exc.message)
+            return _broken(where, f"{exc.message} (MCP error {exc.code})", action=action)
+        # The server answered with an error: the tool did not run.
+        return DeviceFailure("", f"{where} failed: {exc.message} (MCP error {exc.code})")
+    except OSError as exc:
+        session.lost(f"{type(exc).__name__}: {exc}")
+        return _broken(where, f"{type(exc).__name__}: {exc}", action=action)
+    except Exception as exc:  # noqa: BLE001 - any other way the call ended without an answer
+        # A malformed answer, say: the server may have run the tool, so what an action did is
+        # unknown.
+        return _broken(where, f"no usable answer: {type(exc).__name__}: {exc}", action=action)
+    if result.is_error:
+        return DeviceFailure("", f"{where} failed: {_text_of(result.content) or 'isError'}")
+    return Success(result_value(result))
+
+
+def _broken(where: str, why: str, *, action: bool) -> DeviceFailure:
+    if action:
+        return DeviceFailure(
+            "",
+            f"{where}: the connection broke during the call ({why}); the action may or may not "
+            "have taken effect, so it is not sent again",
+            outcome_unknown=True,
+        )
+    return DeviceFailure("", f"{where}: the connection broke ({why})")
 
 
 def _meta() -> mcp_types.RequestParamsMeta | None:
@@ -173,8 +223,11 @@ def build_tool(
     prefix: str | None,
     timeout_s: float | None,
     source: tuple[str, str],
+    compensate: str | None = None,
 ) -> Tool[..., Any]:
     """The pev tool for one tool a server listed.
+
+    ``compensate`` names (on the server) the tool that undoes this action's effects.
 
     Raises:
         jsonschema.SchemaError: The server's input schema is not a valid JSON Schema.
@@ -194,6 +247,11 @@ def build_tool(
         description=(listed.description or "").strip(),
         input_schema=schema,
         check=SchemaCheck(schema),
+        compensate=(
+            Compensation(session, compensate, undoes=listed.name)
+            if compensate is not None
+            else None
+        ),
     )
 
 

@@ -120,6 +120,10 @@ class PlanNode:
         effect: ``query`` (read-only) or ``action`` (side effects); ``None`` (the default) takes
             the tool's declared effect, and ``action`` without a registered tool (the safe
             assumption). A node may make a query tool an action, never an action a query.
+        repeat: Doing this action again is the intent (a second reminder, a second cube): the
+            node is a new occurrence of its call, after every effect of that call the task
+            already has, instead of being satisfied by one (docs/engine.md, "Effects happen
+            once"). It never makes a call of unknown outcome sendable.
     """
 
     id: str
@@ -130,6 +134,7 @@ class PlanNode:
     # Once "action" by default, and always written then: left out of the JSON while None, so a
     # node of an older ledger encodes, and hashes, exactly as it did.
     effect: Effect | None = field(default=None, metadata=ADDED)
+    repeat: bool = field(default=False, metadata=ADDED)
 
     def __post_init__(self) -> None:
         if isinstance(self.args, Mapping) and not isinstance(self.args, JsonObject):
@@ -144,14 +149,26 @@ class PlanNode:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A goal and the nodes that reach it; immutable once built."""
+    """A goal and the nodes that reach it; immutable once built.
+
+    Attributes:
+        goal: What the plan achieves, in words.
+        nodes: Its steps.
+        compensate: For a global replan, record ids of the task's effects
+            (``PlanRequest.effects``) to undo before the plan dispatches anything, each through
+            its tool's ``compensate`` (docs/engine.md, "Compensation"). An effect a plan merely
+            leaves out stays as it is.
+    """
 
     goal: str
     nodes: tuple[PlanNode, ...] = ()
+    compensate: tuple[str, ...] = field(default=(), metadata=ADDED)
 
     def __post_init__(self) -> None:
         if isinstance(self.nodes, list):
             object.__setattr__(self, "nodes", tuple(self.nodes))
+        if isinstance(self.compensate, list):
+            object.__setattr__(self, "compensate", tuple(self.compensate))
 
     @property
     def node_ids(self) -> tuple[str, ...]:
@@ -235,7 +252,8 @@ def plan_problems(
 
     Besides the structure, every value must be one the ledger can record: text that is valid
     Unicode, and args that hold only JSON (no NaN or infinity, no object JSON cannot hold, no
-    integer past ±(2**53-1)) within ``limits`` (see :func:`validate_plan`).
+    integer of more than ``MAX_INTEGER_DIGITS`` digits; integers are recorded exactly) within
+    ``limits`` (see :func:`validate_plan`).
     """
     problems: list[str] = []
     if not isinstance(plan, Plan):
@@ -269,6 +287,14 @@ def plan_problems(
     for node in plan.nodes:
         problems.extend(_node_problems(node, known, tools, limits))
     problems.extend(_cycle_problems(plan.nodes, known))
+    if not isinstance(plan.compensate, tuple) or not all(
+        isinstance(record_id, str) and record_id for record_id in plan.compensate
+    ):
+        problems.append(
+            f"the plan's compensate must be a list of record ids, got {plan.compensate!r}"
+        )
+    elif len(set(plan.compensate)) != len(plan.compensate):
+        problems.append("the plan's compensate names the same record more than once")
     return tuple(problems)
 
 
@@ -305,6 +331,8 @@ def _node_problems(
     effect_ok = node.effect is None or isinstance(node.effect, Effect)
     if not effect_ok:
         yield f"{where}: effect must be 'query', 'action' or null (the tool's), got {node.effect!r}"
+    if not isinstance(node.repeat, bool):
+        yield f"{where}: repeat must be true or false, got {node.repeat!r}"
 
     spec: ToolSpec | None = None
     if tools is not None and isinstance(node.tool, str):

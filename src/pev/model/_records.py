@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import assert_never
 
+from pev._canonical import ADDED
+from pev._json import JsonObject
 from pev.errors import StateError
 from pev.model._evidence import record_ref
 from pev.model._frozen import slot_builder
@@ -80,11 +82,20 @@ class ExecutionRecord:
         args_digest: sha256 of the canonical JSON of the resolved args.
         effect: The effective effect: the node's own, else its tool's (an action without a
             registered tool); a node may only make its tool's effect stricter.
-        idempotency_key: Stable for this record; handed to the tool so it can de-duplicate.
+        idempotency_key: Handed to the tool so it can de-duplicate. An action's key is the
+            same for every dispatch of the same intended effect (task, tool, canonical args,
+            occurrence), in any revision or process; a query's is the record's own.
         status: Where the dispatch stands.
         created_at: When it was committed as ``pending``.
         updated_at: When its status last changed.
         error: What went wrong, for a record that did not succeed.
+        occurrence: For an action, which occurrence of its call (tool and canonical args) in
+            the task it is: 1 for the first (docs/engine.md, "Effects happen once"); ``None``
+            for a query, and for records written before occurrences were recorded.
+        args: For an action whose args held a ``$ref``, the resolved args it was called with
+            (what a compensation and the planner are shown); ``None`` otherwise: a query, an
+            action whose args are its plan node's (the fold takes them from there), and older
+            records.
     """
 
     id: RecordId
@@ -99,6 +110,10 @@ class ExecutionRecord:
     created_at: datetime
     updated_at: datetime
     error: str | None = None
+    # Added after ledgers were written: left out of the JSON while None, so an older record
+    # encodes, and hashes, exactly as it did.
+    occurrence: int | None = field(default=None, metadata=ADDED)
+    args: JsonObject | None = field(default=None, metadata=ADDED)
 
     @property
     def terminal(self) -> bool:
@@ -141,6 +156,8 @@ class ExecutionRecord:
             self.created_at,
             at,
             error,
+            self.occurrence,
+            self.args,
         )
 
     @staticmethod
@@ -155,6 +172,8 @@ class ExecutionRecord:
         effect: Effect,
         idempotency_key: str,
         at: datetime,
+        occurrence: int | None = None,
+        args: JsonObject | None = None,
     ) -> ExecutionRecord:
         """A new ``pending`` record, created and updated ``at`` (the engine's hot path)."""
         return _build_record(
@@ -170,6 +189,8 @@ class ExecutionRecord:
             at,
             at,
             None,
+            occurrence,
+            args,
         )
 
 

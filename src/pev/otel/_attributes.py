@@ -13,9 +13,13 @@ from dataclasses import dataclass
 
 from pev.kernel import Decision, Diagnosis, Finish, LocalReplan, TaskStatus
 from pev.ledger import (
+    EffectSuperseded,
+    NodeReused,
     PlanRejected,
+    RecordReconciled,
     RevisionStarted,
     TaskFinished,
+    UnwindStarted,
     Usage,
     VerdictRecorded,
 )
@@ -29,6 +33,7 @@ from pev.model import (
     VerificationContract,
     VerifierFailure,
 )
+from pev.rails._settled import settlement
 
 __all__ = [
     "PLANNER",
@@ -38,6 +43,7 @@ __all__ = [
     "Attributes",
     "Failure",
     "agent_call",
+    "compensation_attributes",
     "decision_attributes",
     "diagnosis_attributes",
     "evidence_attributes",
@@ -47,8 +53,12 @@ __all__ = [
     "node_outcome",
     "node_span_name",
     "plan_rejection",
+    "reconciliation",
+    "reused_attributes",
     "revision_attributes",
+    "superseded_attributes",
     "task_attributes",
+    "unwind_attributes",
     "verdict_attributes",
     "verdict_failure",
 ]
@@ -179,6 +189,54 @@ def node_attributes(record: ExecutionRecord) -> Attributes:
     return attributes
 
 
+def reused_attributes(
+    reused: NodeReused, record: ExecutionRecord | None, task_id: str
+) -> Attributes:
+    """The attributes of the short span of a node satisfied by an effect the task already had.
+
+    It is the node of this revision (``pev.revision``, ``pev.node_id``), and it sent nothing:
+    ``pev.node.reused_from`` names the effect's record, whose own span (in the revision that sent
+    it) is the call; ``gen_ai.tool.call.id`` is that call's id too.
+    """
+    attributes: Attributes = {
+        _OPERATION: "execute_tool",
+        _TOOL_CALL_ID: str(reused.record_id),
+        "pev.task_id": task_id,
+        "pev.revision": reused.revision,
+        "pev.node_id": reused.node_id,
+        "pev.node.reused_from": str(reused.record_id),
+    }
+    if record is not None:
+        attributes["pev.effect"] = str(record.effect)
+        if record.tool is not None:
+            attributes[_TOOL_NAME] = record.tool
+    return attributes
+
+
+def compensation_attributes(record: ExecutionRecord, effect: str) -> Attributes:
+    """The attributes a compensation's span starts with: its record's, and the effect it undoes."""
+    return node_attributes(record) | {"pev.compensation.of": effect}
+
+
+def superseded_attributes(superseded: EffectSuperseded) -> Attributes:
+    """The ``pev.effect_superseded`` event: the effect a revision replaces, and why."""
+    attributes: Attributes = {
+        "pev.record_id": str(superseded.record_id),
+        "pev.revision": superseded.revision,
+    }
+    if superseded.reason:
+        attributes["pev.reason"] = _cut(superseded.reason)
+    return attributes
+
+
+def unwind_attributes(unwind: UnwindStarted) -> Attributes:
+    """The ``pev.unwind_started`` event: how the task will end once its effects are undone."""
+    attributes: Attributes = {"pev.status": str(unwind.status), "pev.reason": str(unwind.reason)}
+    if unwind.detail:
+        attributes["pev.detail"] = _cut(unwind.detail)
+    return attributes
+
+
 def node_outcome(
     status: RecordStatus, result: object, *, settled_on_resume: bool = False
 ) -> tuple[Attributes, Failure | None]:
@@ -213,6 +271,33 @@ def node_outcome(
         case _:
             kind = str(status)
     return attributes, Failure(kind, _cut(error or f"the node ended {status}"))
+
+
+def reconciliation(
+    settled: RecordReconciled, record: ExecutionRecord | None
+) -> tuple[Attributes, Attributes, Failure | None]:
+    """What a reconciliation tells a node span of unknown outcome, as attributes and an event.
+
+    Returns the span's new attributes (``pev.record.reconciled``: the settled status; its
+    ``pev.status`` stays ``unknown``, as the record does), the ``pev.record_reconciled`` event's
+    attributes, and the span's error: none when it was settled as done, the failure found
+    when settled as not done.
+    """
+    found = settlement(settled)
+    event: Attributes = {
+        "pev.record_id": str(settled.record_id),
+        "pev.record.reconciled": str(found.status),
+    }
+    if record is not None:
+        event["pev.node_id"] = record.node_id
+    if found.note:
+        event["pev.note"] = _cut(found.note)
+    if found.evidence_refs:
+        event["pev.evidence_refs"] = list(found.evidence_refs)
+    if found.error is not None:
+        event["pev.error"] = _cut(found.error)
+    _, failure = node_outcome(found.status, settled.result)
+    return {"pev.record.reconciled": str(found.status)}, event, failure
 
 
 def verdict_attributes(recorded: VerdictRecorded) -> Attributes:

@@ -11,16 +11,23 @@ from opentelemetry.trace import Tracer, TracerProvider, get_tracer
 from pev.ledger import (
     ApprovalRequested,
     Approved,
+    CompensationDispatched,
+    CompensationFailed,
     Diagnosed,
     Dispatched,
+    EffectCompensated,
+    EffectSuperseded,
     EvidenceCaptured,
     NodeDispatched,
     NodeFinished,
+    NodeReused,
     PlanRejected,
+    RecordReconciled,
     Rejected,
     RevisionStarted,
     RoundExecuted,
     TaskFinished,
+    UnwindStarted,
     VerdictRecorded,
 )
 from pev.otel._attributes import diagnosis_attributes, evidence_attributes
@@ -41,9 +48,14 @@ class OTelRail:
     planner and verifier calls carry the model and token usage they reported, in the names of
     the OpenTelemetry GenAI semantic conventions; every span carries pev's ids (``pev.task_id``,
     ``pev.revision``, ``pev.node_id``, ``pev.record_id``). A failed node, a refused plan, an
-    unreadable verdict and a failed task end with status ERROR. Evidence, diagnoses, decisions
-    and approvals are events of their revision's span. Spans take the times of the ledger
-    entries, not of the moment the rail hears of them. See docs/observability.md.
+    unreadable verdict and a failed task end with status ERROR; a node whose outcome was unknown
+    and that a reconciliation settled as done does not (``pev.record.reconciled``). A node
+    satisfied by an effect the task already had is a span of no length naming the record it
+    reuses (``pev.node.reused_from``); a compensation is an ``execute_tool <tool>`` span too
+    (``pev.compensation.of``), ERROR unless it undid its effect. Evidence, diagnoses, decisions,
+    approvals and superseded effects are events of their revision's span; a task that unwinds
+    its effects before it ends gets a ``pev.unwind_started`` event on its own. Spans take the times
+    of the ledger entries, not of the moment the rail hears of them. See docs/observability.md.
 
     Like every rail it observes and never decides, and runs behind the loop on its own queue.
     Each call is quick (it makes spans and hands them to the provider's span processors): give
@@ -105,6 +117,18 @@ class OTelRail:
                 trace.node_started(record, at_ns)
             case NodeFinished() as finished:
                 trace.node_finished(finished, event.record, at_ns)
+            case RecordReconciled() as settled:
+                trace.reconciled(settled, event.record, at_ns)
+            case NodeReused() as reused:
+                trace.reused(reused, event.record, at_ns)
+            case EffectSuperseded() as superseded:
+                trace.superseded(superseded, at_ns)
+            case CompensationDispatched(effect=effect, record=record):
+                trace.compensation_started(record, str(effect), at_ns)
+            case EffectCompensated() | CompensationFailed() as ended:
+                trace.compensation_finished(ended, event.record, at_ns)
+            case UnwindStarted() as unwind:
+                trace.unwind_started(unwind, at_ns)
             case RoundExecuted(executed_ok=ok):
                 trace.event("pev.executed", {"pev.executed_ok": ok}, at_ns)
             case EvidenceCaptured(evidence=evidence):

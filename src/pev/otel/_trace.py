@@ -6,6 +6,18 @@ the decision to replan) and ends with the kernel's decision on it, so the planne
 to it (the rejected ones too) fall inside it. Every time is the ledger entry's own, so spans are
 right however far behind the rail runs.
 
+A node whose record ended ``unknown`` may be settled by a reconciliation written after it: its
+span is kept open until the reconciliation arrives or its revision ends, whichever is first, and
+ends then (at the record's own end), so that a record settled as done ends without an error.
+
+What befalls an effect is traced too. A node satisfied by an effect the task already had (it
+sent nothing) is a span of no length, at its ``node_reused`` entry, under its revision's span,
+that names the record it reuses (``pev.node.reused_from``). A compensation is a call like a
+node's: its span runs from ``compensation_dispatched`` to the entry that ended it, under the
+revision that runs it, or under the task's span while the task unwinds (its last revision has
+ended). An effect a revision supersedes is an event of that revision's span; a task that begins
+unwinding its effects is an event of the task's span.
+
 The ledger does not show a rail when a planner call begins: a call is taken to begin at the
 entry before it (the task's start, the replan decision, a reviewer's rejection or the previous
 rejected plan), and a verifier call at the entry before its verdict.
@@ -23,15 +35,21 @@ from pev.kernel import GlobalReplan, LocalReplan, TerminalReason
 from pev.ledger import (
     ApprovalRequested,
     Approved,
+    CompensationFailed,
     Dispatched,
+    EffectCompensated,
+    EffectSuperseded,
     NodeFinished,
+    NodeReused,
     PlanRejected,
+    RecordReconciled,
     Rejected,
     RevisionStarted,
     TaskFinished,
+    UnwindStarted,
     VerdictRecorded,
 )
-from pev.model import ExecutionRecord, VerificationContract
+from pev.model import ExecutionRecord, RecordStatus, VerificationContract
 from pev.otel._attributes import (
     PLANNER,
     REVISION_SPAN,
@@ -40,6 +58,7 @@ from pev.otel._attributes import (
     Attributes,
     Failure,
     agent_call,
+    compensation_attributes,
     decision_attributes,
     finish_attributes,
     finish_failure,
@@ -47,8 +66,12 @@ from pev.otel._attributes import (
     node_outcome,
     node_span_name,
     plan_rejection,
+    reconciliation,
+    reused_attributes,
     revision_attributes,
+    superseded_attributes,
     task_attributes,
+    unwind_attributes,
     verdict_attributes,
     verdict_failure,
 )
@@ -72,6 +95,19 @@ class _Open:
             self.span.set_attribute("error.type", failure.error_type)
             self.span.set_status(Status(StatusCode.ERROR, failure.description))
         self.span.end(end_time=max(at_ns, self.start_ns))
+
+
+@dataclass(frozen=True, slots=True)
+class _Unsettled:
+    """A node span whose record ended ``unknown``, kept open for a reconciliation."""
+
+    open: _Open
+    end_ns: int
+    failure: Failure | None
+
+    def end(self) -> None:
+        """End it as the record ended: unknown, an error."""
+        self.open.end(self.end_ns, self.failure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +145,8 @@ class TaskTrace:
     context: Context
     revision: _Revision | None = None
     nodes: dict[str, _Open] = field(default_factory=dict)
+    # Node spans of records that ended unknown, by record id, until settled or their revision ends.
+    unsettled: dict[str, _Unsettled] = field(default_factory=dict)
     # When the planning of the next revision began, and when the planner call now running
     # began; None when no planning is known to be under way.
     planning_since: int | None = None
@@ -210,7 +248,85 @@ class TaskTrace:
             finished.status, finished.result, settled_on_resume=finished.settled_on_resume
         )
         span.span.set_attributes(attributes)
+        if finished.status is RecordStatus.UNKNOWN:
+            self.unsettled[str(finished.record_id)] = _Unsettled(span, at_ns, failure)
+        else:
+            span.end(at_ns, failure)
+
+    def reconciled(
+        self, settled: RecordReconciled, record: ExecutionRecord | None, at_ns: int
+    ) -> None:
+        """A record of unknown outcome was settled: its node span says so, and ends.
+
+        The span keeps the record's end as its own, and gets a ``pev.record_reconciled`` event;
+        settled as done, it ends without an error. A span already ended (its revision ended
+        first) or never seen (a resumed task) cannot change: the event goes to the revision's
+        span, or the task's, instead.
+        """
+        attributes, event, failure = reconciliation(settled, record)
+        held = self.unsettled.pop(str(settled.record_id), None)
+        if held is None:
+            self.event("pev.record_reconciled", event, at_ns)
+            return
+        held.open.span.set_attributes(attributes)
+        held.open.span.add_event("pev.record_reconciled", attributes=event, timestamp=at_ns)
+        held.open.end(held.end_ns, failure)
+
+    # -- effects --------------------------------------------------------------------------
+
+    def reused(self, reused: NodeReused, record: ExecutionRecord | None, at_ns: int) -> None:
+        """A node was satisfied by an effect the task already had: a span of no length."""
+        revision = self._revision_numbered(reused.revision, at_ns)
+        name = "execute_tool" if record is None else node_span_name(record)
+        attributes = reused_attributes(reused, record, self.task_id)
+        self._span(name, attributes, revision.context, at_ns).end(at_ns)
+
+    def superseded(self, superseded: EffectSuperseded, at_ns: int) -> None:
+        """A revision replaced an effect: an event of its span."""
+        self.event("pev.effect_superseded", superseded_attributes(superseded), at_ns)
+
+    def compensation_started(self, record: ExecutionRecord, effect: str, at_ns: int) -> None:
+        """A compensation was dispatched: its span opens, as a node's does."""
+        span = self._span(
+            node_span_name(record),
+            compensation_attributes(record, effect),
+            self._context_of(record.revision),
+            at_ns,
+        )
+        self.nodes[str(record.id)] = span
+
+    def compensation_finished(
+        self,
+        ended: EffectCompensated | CompensationFailed,
+        record: ExecutionRecord | None,
+        at_ns: int,
+    ) -> None:
+        """A compensation ended: its span ends, with status ERROR unless it undid the effect."""
+        span = self.nodes.pop(str(ended.record_id), None)
+        if span is None:
+            if record is None:
+                return  # nothing to say what call it was
+            # Its start was never seen (a resumed task): the span starts when its record did.
+            start = min(ns_of(record.created_at), at_ns)
+            attributes = compensation_attributes(record, str(ended.effect))
+            span = self._span(
+                node_span_name(record), attributes, self._context_of(record.revision), start
+            )
+        if isinstance(ended, EffectCompensated):
+            outcome, failure = node_outcome(RecordStatus.SUCCEEDED, ended.result)
+        else:
+            outcome, failure = node_outcome(
+                ended.status, ended.result, settled_on_resume=ended.settled_on_resume
+            )
+        span.span.set_attributes(outcome)
         span.end(at_ns, failure)
+
+    def unwind_started(self, unwind: UnwindStarted, at_ns: int) -> None:
+        """The task undoes its effects before it ends: an event of the task's span."""
+        self.task.span.set_attribute("pev.unwound", True)
+        self.task.span.add_event(
+            "pev.unwind_started", attributes=unwind_attributes(unwind), timestamp=at_ns
+        )
 
     def verified(self, recorded: VerdictRecorded, at_ns: int) -> None:
         """A verdict was recorded: the verifier call's span (none when it was not called)."""
@@ -289,6 +405,12 @@ class TaskTrace:
         )
         return _Open(span, start_ns)
 
+    def _context_of(self, number: int) -> Context:
+        """Where a call of revision ``number`` goes: under its span while open, else the task's."""
+        if self.revision is not None and self.revision.number == number:
+            return self.revision.context
+        return self.context
+
     def _open_revision(self, attributes: Attributes, start_ns: int) -> _Revision:
         opened = self._span(REVISION_SPAN, attributes, self.context, start_ns)
         number = attributes["pev.revision"]
@@ -304,11 +426,18 @@ class TaskTrace:
         return self._open_revision(revision_attributes(self.task_id, number), at_ns)
 
     def _end_revision(self, at_ns: int, *, incomplete: bool = False) -> None:
+        self._end_unsettled()
         revision, self.revision = self.revision, None
         if revision is not None:
             if incomplete:
                 revision.open.span.set_attributes(_INCOMPLETE)
             revision.open.end(at_ns)
+
+    def _end_unsettled(self) -> None:
+        """End the spans of unknown records no reconciliation settled while their revision ran."""
+        for held in self.unsettled.values():
+            held.end()
+        self.unsettled.clear()
 
     def _end_nodes(self, at_ns: int) -> None:
         """End the spans of nodes whose end was never written (the task ended around them)."""

@@ -22,20 +22,29 @@ from pev.kernel import Decision, Diagnosis, Finish, GlobalReplan, LocalReplan, T
 from pev.ledger import (
     ApprovalRequested,
     Approved,
+    CompensationDispatched,
+    CompensationFailed,
     Diagnosed,
     Dispatched,
+    EffectCompensated,
+    EffectSuperseded,
     EvidenceCaptured,
     NodeDispatched,
     NodeFinished,
+    NodeReused,
     PlanRejected,
+    RecordReconciled,
     Rejected,
     RevisionStarted,
     TaskCreated,
     TaskFinished,
+    UnwindStarted,
     VerdictRecorded,
 )
 from pev.model import CriterionStatus, DeviceFailure, RecordStatus, VerdictStatus, VerifierFailure
+from pev.rails._effects import compensation_words, reused_words, unwind_words
 from pev.rails._event import RailEvent, RailPhase
+from pev.rails._settled import result_error, settlement
 
 __all__ = [
     "RECORD_STYLE",
@@ -46,6 +55,7 @@ __all__ = [
     "diagnosis_text",
     "iso_time",
     "progress_line",
+    "reconciliation_text",
     "task_heading",
 ]
 
@@ -105,6 +115,24 @@ def diagnosis_text(diagnosis: Diagnosis) -> Text:
     )
 
 
+def reconciliation_text(node_id: str, settled: RecordReconciled) -> Text:
+    """One reconciliation: mark, node, ``unknown → reconciled: <status>``, the error, the note.
+
+    The status is styled as a record that ended so would be (:data:`RECORD_STYLE`), so a record
+    settled as done never reads as a failure; the evidence the reconciliation cites follows.
+    """
+    found = settlement(settled)
+    mark, style = _RECORD_MARK.get(found.status, ("·", ""))
+    line = Text.assemble("  ", (mark, style), f" {node_id} ", (found.words, style))
+    if found.error is not None:
+        line.append(f": {found.error}")
+    if found.note:
+        line.append(f"  {found.note}", style="dim")
+    if found.evidence_refs:
+        line.append(f"  [{', '.join(found.evidence_refs)}]", style="dim")
+    return line
+
+
 def decision_text(decision: Decision) -> Text:
     """A decision in words, a finish in its status's colour and a replan in cyan."""
     style = STATUS_STYLE.get(decision.status, "") if isinstance(decision, Finish) else "cyan"
@@ -122,14 +150,24 @@ def describe_decision(decision: Decision) -> str:
             return "global replan"
 
 
+# The boundaries that start a call the live display shows running, and those that end one.
+_STARTS = frozenset({RailPhase.NODE_STARTED, RailPhase.COMPENSATION_STARTED})
+_ENDS = frozenset({RailPhase.NODE_FINISHED, RailPhase.COMPENSATION_FINISHED})
+
+
 class ConsoleRail:
     """Prints a task's loop as it goes round: one line per phase boundary, and live progress.
 
     The lines show the task starting, each revision, each node starting and finishing (with its
-    status, its error and how long it took), evidence, the verdict, the diagnosis, the decision
+    status, its error and how long it took), what a reconciliation established of a node whose
+    outcome was unknown (``unknown → reconciled: succeeded``, with its note), what befalls an
+    effect (``↺ pay reused record 1:pay (sent in revision 1)``, ``↷ record 1:pay superseded``,
+    ``⤺ record 1:pay compensated``, ``✗ compensation of 1:pay failed: ...; left in place``, a
+    failing task ``unwinding`` its effects), evidence, the verdict, the diagnosis, the decision
     and the ending; the ``planned`` and ``executed`` boundaries add nothing to those and print
-    none. With ``live``, a display under the lines shows each node still running with a spinner
-    and its elapsed time, refreshed several times a second, and is cleared once none runs.
+    none. With ``live``, a display under the lines shows each node (and compensation) still
+    running with a spinner and its elapsed time, refreshed several times a second, and is
+    cleared once none runs.
 
     Like every rail it observes only: what it fails to print (a closed terminal, say) is the
     rail bus's to log, and the run carries on. Call :meth:`close` if the run is abandoned (by
@@ -158,9 +196,9 @@ class ConsoleRail:
         """Print the line for ``event``, if its phase has one, and update the live display."""
         began = None
         record = event.record
-        if event.phase is RailPhase.NODE_STARTED and record is not None:
+        if event.phase in _STARTS and record is not None:
             self._started[record.id] = event.at
-        elif event.phase is RailPhase.NODE_FINISHED and record is not None:
+        elif event.phase in _ENDS and record is not None:
             began = self._started.pop(record.id, None)
             self._running.remove(record.id)
         elif event.phase is RailPhase.TASK_FINISHED:
@@ -172,10 +210,13 @@ class ConsoleRail:
         if line is not None:
             self.console.print(line, soft_wrap=True)
             self.printed += 1
-        if self.live and event.phase is RailPhase.NODE_STARTED and record is not None:
+        if self.live and event.phase in _STARTS and record is not None:
             label = record.node_id + (
                 f" ({record.tool})" if record.tool and record.tool != record.node_id else ""
             )
+            if event.phase is RailPhase.COMPENSATION_STARTED:
+                label = f"undo {label}"
+
             self._running.add(record.id, label, event.at)
             if self._display is None:
                 self._display = Live(
@@ -240,7 +281,8 @@ def progress_line(event: RailEvent, *, began: datetime | None = None) -> Text | 
 
     Args:
         event: The boundary.
-        began: For ``node_finished``, when the node started, to show how long it took.
+        began: For ``node_finished`` and ``compensation_finished``, when the call started, to
+            show how long it took.
     """
     match event.event:
         case TaskCreated(contract=contract):
@@ -270,9 +312,19 @@ def progress_line(event: RailEvent, *, began: datetime | None = None) -> Text | 
                     line.append(f": {reason}")
                 case _:  # a success, or no result: the status says it all
                     pass
-            if began is not None:
-                line.append(f"  {(at - began).total_seconds():.2f}s", style="dim")
-            return line
+            return _took(line, began, at)
+        case RecordReconciled() as settled:
+            node = event.record.node_id if event.record is not None else str(settled.record_id)
+            return reconciliation_text(node, settled)
+        case (
+            NodeReused()
+            | EffectSuperseded()
+            | CompensationDispatched()
+            | EffectCompensated()
+            | CompensationFailed()
+            | UnwindStarted()
+        ):
+            return _effect_line(event, began)
         case EvidenceCaptured(evidence=evidence):
             return Text(f"  evidence: {evidence.kind} ({evidence.phase})", style="dim")
         case VerdictRecorded() as recorded:
@@ -308,6 +360,46 @@ def progress_line(event: RailEvent, *, began: datetime | None = None) -> Text | 
             )
         case _:  # planned (the revision line says it) and executed (the node lines say it)
             return None
+
+
+def _effect_line(event: RailEvent, began: datetime | None) -> Text | None:
+    """The line for what befalls an effect: reused, superseded, compensated, unwound."""
+    match event.event:
+        case NodeReused(node_id=node_id, record_id=record_id):
+            sent = event.record.revision if event.record is not None else None
+            return Text.assemble(
+                "  ", ("↺", "green"), f" {node_id} ", (reused_words(record_id, sent), "green")
+            )
+        case EffectSuperseded(record_id=record_id, revision=revision, reason=reason):
+            line = Text.assemble("  ", ("↷", "yellow"), f" record {record_id} ")
+            line.append("superseded", style="yellow")
+            line.append(f": {reason}" if reason else f" in revision {revision}")
+            return line
+        case CompensationDispatched(effect=effect, record=record):
+            tool = f" ({record.tool})" if record.tool else ""
+            words = compensation_words(effect, record.status, None)
+            return Text.assemble("  ", ("▶", "cyan"), f" {words}{tool}")
+        case EffectCompensated(effect=effect, at=at):
+            words = compensation_words(effect, RecordStatus.SUCCEEDED, None)
+            return _took(Text.assemble("  ", ("⤺", "green"), " ", (words, "green")), began, at)
+        case CompensationFailed(effect=effect, status=status, result=result, at=at) as failed:
+            mark, style = _RECORD_MARK.get(status, ("✗", "red"))
+            words = compensation_words(effect, status, result_error(result))
+            line = Text.assemble("  ", (mark, style), " ", (words, style))
+            if failed.settled_on_resume:
+                line.append("  (settled on resume)", style="dim")
+            return _took(line, began, at)
+        case UnwindStarted() as unwind:
+            return Text.assemble(("unwinding: ", "bold magenta"), unwind_words(unwind))
+        case _:
+            return None
+
+
+def _took(line: Text, began: datetime | None, at: datetime) -> Text:
+    """``line`` with how long its call took, when its start is known."""
+    if began is not None:
+        line.append(f"  {(at - began).total_seconds():.2f}s", style="dim")
+    return line
 
 
 def _verdict(recorded: VerdictRecorded) -> Text:

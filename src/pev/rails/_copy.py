@@ -13,11 +13,20 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from pev.codec import decode, encode
-from pev.ledger import LedgerEntry, NodeDispatched, NodeFinished, RevisionStarted, TaskState
+from pev.ledger import (
+    CompensationDispatched,
+    LedgerEntry,
+    NodeDispatched,
+    RevisionStarted,
+    TaskState,
+)
 from pev.model import ExecutionRecord, Plan, VerificationContract
-from pev.rails._event import PHASES_OF_EVENT, RailEvent, RailPhase
+from pev.rails._event import PHASES_OF_EVENT, RailEvent, RailPhase, record_of
 
 __all__ = ["MAX_VIEWS_PER_RAIL", "Frame", "View", "Written", "frame_of", "private_copy", "written"]
+
+# The events that hold their record whole: each rail's copy of the entry carries it already.
+_HOLD_RECORDS = (NodeDispatched, CompensationDispatched)
 
 # Tasks that end drop their views at once; this bounds what tasks that never end (a crash) can
 # leave behind in a rail.
@@ -72,12 +81,7 @@ def written(entries: Sequence[LedgerEntry], state: TaskState) -> Iterator[Writte
             continue
         index = len(revisions) - 1 - later
         plan = revisions[index].plan if index >= 0 else None
-        record: ExecutionRecord | None = None
-        if isinstance(event, NodeDispatched):
-            record = event.record
-        elif isinstance(event, NodeFinished):
-            record = state.records.get(event.record_id)
-        yield Written(entry=entry, phases=phases, plan=plan, record=record)
+        yield Written(entry=entry, phases=phases, plan=plan, record=record_of(event, state))
 
 
 def frame_of(entry: Written, contract: VerificationContract) -> Frame:
@@ -88,7 +92,7 @@ def frame_of(entry: Written, contract: VerificationContract) -> Frame:
     """
     record_data = (
         encode(entry.record)
-        if entry.record is not None and not isinstance(entry.entry.event, NodeDispatched)
+        if entry.record is not None and not isinstance(entry.entry.event, _HOLD_RECORDS)
         else None
     )
     return Frame(entry, contract, encode(entry.entry), record_data)
@@ -99,7 +103,7 @@ def private_copy(views: dict[str, View], phase: RailPhase, frame: Frame) -> Rail
     entry: LedgerEntry = decode(frame.entry_data, LedgerEntry)
     view = _view(views, entry.task_id, frame.contract, frame.written.plan)
     record: ExecutionRecord | None = None
-    if isinstance(entry.event, NodeDispatched):
+    if isinstance(entry.event, _HOLD_RECORDS):
         record = entry.event.record
     elif frame.record_data is not None:
         record = decode(frame.record_data, ExecutionRecord)

@@ -9,19 +9,27 @@ from typing import TypeAlias
 
 from pev.kernel import Finish, LocalReplan
 from pev.ledger import (
+    CompensationDispatched,
+    CompensationFailed,
     Diagnosed,
     Dispatched,
+    EffectCompensated,
+    EffectSuperseded,
     EvidenceCaptured,
     NodeDispatched,
     NodeFinished,
+    NodeReused,
+    RecordReconciled,
     RevisionStarted,
     RoundExecuted,
     TaskCreated,
     TaskFinished,
+    UnwindStarted,
     VerdictRecorded,
 )
-from pev.model import DeviceFailure, VerifierFailure
+from pev.model import DeviceFailure, RecordStatus, VerifierFailure
 from pev.rails._event import RailEvent, RailPhase
+from pev.rails._settled import settlement
 
 __all__ = ["LogValue", "LoggingRail", "log_fields"]
 
@@ -92,22 +100,57 @@ def _details(event: RailEvent) -> dict[str, LogValue | None]:
                 "effect": str(record.effect),
             }
         case NodeFinished() as finished:
-            details: dict[str, LogValue | None] = {
-                "node": event.record.node_id if event.record is not None else None,
-                "tool": event.record.tool if event.record is not None else None,
-                "record": str(finished.record_id),
+            return {
+                **_about_record(event, str(finished.record_id)),
                 "status": str(finished.status),
+                **_failure(finished.result),
             }
-            match finished.result:
-                case DeviceFailure() as failure:
-                    details["error"] = failure.error
-                    details["timeout"] = failure.is_timeout or None
-                    details["outcome_unknown"] = failure.outcome_unknown or None
-                case VerifierFailure(reason=reason):
-                    details["error"] = reason
-                case _:  # a success or no result: the status says it all
-                    pass
-            return details
+        case RecordReconciled() as settled:
+            # status is the record's own (unknown: never rewritten); reconciled what was found.
+            found = settlement(settled)
+            return {
+                **_about_record(event, str(settled.record_id)),
+                "status": str(RecordStatus.UNKNOWN),
+                "reconciled": str(found.status),
+                "error": found.error,
+                "note": found.note or None,
+                "evidence": list(found.evidence_refs) or None,
+            }
+        case NodeReused(revision=revision, node_id=node_id, record_id=record_id):
+            # record is the effect's, sent_in the revision that sent it: this node sent nothing.
+            effect = event.record
+            return {
+                "revision": revision,
+                "node": node_id,
+                "tool": effect.tool if effect is not None else None,
+                "record": str(record_id),
+                "sent_in": effect.revision if effect is not None else None,
+            }
+        case EffectSuperseded(record_id=record_id, revision=revision, reason=reason):
+            return {
+                **_about_record(event, str(record_id)),
+                "revision": revision,
+                "reason": reason or None,
+            }
+        case CompensationDispatched(effect=effect, record=record):
+            return {**_about_record(event, str(record.id)), "effect": str(effect)}
+        case EffectCompensated(effect=effect, record_id=record_id):
+            return {
+                **_about_record(event, str(record_id)),
+                "effect": str(effect),
+                "status": str(RecordStatus.SUCCEEDED),
+            }
+        case CompensationFailed(effect=effect, record_id=record_id) as failed:
+            return {
+                **_about_record(event, str(record_id)),
+                "effect": str(effect),
+                "status": str(failed.status),
+                **_failure(failed.result),
+                "settled_on_resume": failed.settled_on_resume or None,
+            }
+        case UnwindStarted(status=status, reason=reason, detail=detail):
+            # How the task ends once its effects are undone: it has not ended yet.
+            return {"ends": str(status), "reason": str(reason), "detail": detail or None}
         case RoundExecuted(revision=revision, executed_ok=ok):
             return {"revision": revision, "executed_ok": ok}
         case EvidenceCaptured(evidence=evidence):
@@ -133,7 +176,10 @@ def _details(event: RailEvent) -> dict[str, LogValue | None]:
                 "nodes": sorted(diagnosis.nodes),
             }
         case Dispatched(revision=revision, decision=decision):
-            details = {"revision": revision, "decision": decision.kind}
+            details: dict[str, LogValue | None] = {
+                "revision": revision,
+                "decision": decision.kind,
+            }
             if isinstance(decision, Finish):
                 details["status"] = str(decision.status)
                 details["reason"] = str(decision.reason)
@@ -148,6 +194,30 @@ def _details(event: RailEvent) -> dict[str, LogValue | None]:
                 "detail": ended.detail or None,
             }
         case _:  # the bus hands rails no other event
+            return {}
+
+
+def _about_record(event: RailEvent, record_id: str) -> dict[str, LogValue | None]:
+    record = event.record
+    return {
+        "node": record.node_id if record is not None else None,
+        "tool": record.tool if record is not None else None,
+        "record": record_id,
+    }
+
+
+def _failure(result: object) -> dict[str, LogValue | None]:
+    """The error of a failed result; nothing for a success or no result (the status says it)."""
+    match result:
+        case DeviceFailure() as failure:
+            return {
+                "error": failure.error,
+                "timeout": failure.is_timeout or None,
+                "outcome_unknown": failure.outcome_unknown or None,
+            }
+        case VerifierFailure(reason=reason):
+            return {"error": reason}
+        case _:
             return {}
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from types import MappingProxyType
 
-from pev.ledger import LedgerEntry, NodeDispatched, NodeFinished, TaskState, apply
-from pev.model import ExecutionRecord, Plan
-from pev.rails._event import PHASES_OF_EVENT, RailEvent
+from pev.ledger import LedgerEntry, TaskState, apply
+from pev.model import Plan
+from pev.rails._event import PHASES_OF_EVENT, RailEvent, record_of
 
 __all__ = ["RailEvents"]
 
@@ -51,11 +51,7 @@ class RailEvents:
                 self._tools = MappingProxyType(
                     {} if plan is None else {n.id: n.tool for n in plan.nodes if n.tool is not None}
                 )
-            record: ExecutionRecord | None = None
-            if isinstance(event, NodeDispatched):
-                record = event.record
-            elif isinstance(event, NodeFinished):
-                record = state.records.get(event.record_id)
+            record = record_of(event, state)
             for phase in phases:
                 yield RailEvent(
                     phase=phase,

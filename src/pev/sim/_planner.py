@@ -8,6 +8,7 @@ not whatever may be wrong with them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 from pev.engine import PlanRequest
@@ -34,7 +35,10 @@ class SymbolicPlanner:
     * a local replan replaces the redo nodes: a pick goes to where the sensor sees the cube
       *now*, and its place follows it.
 
-    It never plans an action that repeats one whose outcome is unknown: that cube is left out.
+    In a replan, picking and placing a cube again is the intent (it fell, or was knocked out of
+    the tray): those nodes are new occurrences (``repeat=True``), not the effects the task
+    already has (docs/engine.md, "Effects happen once"). It never plans an action that repeats
+    one whose outcome is unknown: that cube is left out.
     """
 
     def __init__(self, sensor: SceneSensor) -> None:
@@ -57,6 +61,7 @@ class SymbolicPlanner:
                 effect=Effect.QUERY,
             )
         ]
+        again = request.kind is not RevisionKind.INITIAL
         for colour in _colours(request):
             cube = cube_of(colour)
             if scene.in_tray(cube) or _unknown(request.unknown_records, _place_args(cube)):
@@ -68,9 +73,10 @@ class SymbolicPlanner:
                     tool="pick",
                     args={"object": cube, "pose": {"$ref": f"observe.{cube}"}},
                     after=("observe",),
+                    repeat=again,
                 )
             )
-            nodes.append(_place(colour))
+            nodes.append(_place(colour, again=again))
         return tuple(nodes)
 
     def _replacements(
@@ -92,10 +98,13 @@ class SymbolicPlanner:
                         tool="pick",
                         args={"object": cube, "pose": pose.to_json()},
                         after=node.after,
+                        repeat=True,
                     )
                 )
+            elif node.tool == "place":
+                replacements.append(replace(node, repeat=True))  # to the same slot, again
             else:
-                replacements.append(node)  # a place goes to the same slot; others stay as they were
+                replacements.append(node)  # others stay as they were
         return tuple(replacements)
 
 
@@ -109,7 +118,7 @@ def _place_args(cube: str) -> dict[str, str]:
     return {"object": cube, "target": "tray"}
 
 
-def _place(colour: str) -> PlanNode:
+def _place(colour: str, *, again: bool) -> PlanNode:
     cube = cube_of(colour)
     return PlanNode(
         f"place_{colour}",
@@ -117,6 +126,7 @@ def _place(colour: str) -> PlanNode:
         tool="place",
         args=_place_args(cube),
         after=(f"pick_{colour}",),
+        repeat=again,
     )
 
 

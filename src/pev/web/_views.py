@@ -11,10 +11,19 @@ from datetime import datetime
 from typing import Any
 
 from pev.kernel import Finish, TaskStatus
-from pev.ledger import Approved, PlanRejected, Revision, TaskState, VerdictRecorded, known_refs
+from pev.ledger import (
+    Approved,
+    PlanRejected,
+    Revision,
+    TaskPhase,
+    TaskState,
+    VerdictRecorded,
+    known_refs,
+)
 from pev.ledger._queries import node_standings
 from pev.model import (
     Evidence,
+    ExecutionRecord,
     NodeResult,
     RefKind,
     Success,
@@ -22,11 +31,16 @@ from pev.model import (
     parse_ref,
 )
 from pev.rails._console import describe_decision
+from pev.rails._effects import reused_words, unwind_words
+from pev.rails._settled import settlement
+from pev.web._effect_views import EffectView, effect_views
 
 __all__ = [
     "IMAGE_TYPES",
     "EvidenceView",
     "NodeView",
+    "ReconciledView",
+    "ReusedView",
     "RevisionView",
     "TaskView",
     "status_class",
@@ -54,14 +68,21 @@ _STATUS_CLASS = {
     TaskStatus.FAILED: "bad",
     TaskStatus.CANCELLED: "muted",
 }
+# A phase of a task not yet ended that has a colour of its own: one that unwinds its effects
+# before it ends is no longer making progress on its goal.
+_PHASE_CLASS = {TaskPhase.COMPENSATING: "undo"}
 
 
-def status_class(status: TaskStatus | str | None) -> str:
-    """The CSS class of a task's status (``run`` while it has not ended)."""
+def status_class(status: TaskStatus | TaskPhase | str | None) -> str:
+    """The CSS class of a task's status, or of its phase until it ends (``run`` by default)."""
     if status is None:
         return "run"
     try:
         return _STATUS_CLASS[TaskStatus(status)]
+    except ValueError:
+        pass
+    try:
+        return _PHASE_CLASS.get(TaskPhase(status), "run")
     except ValueError:
         return "run"
 
@@ -78,8 +99,56 @@ class AttemptView:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CitationView:
+    """A reference a verdict cites, and the anchor on the page it points at (if known)."""
+
+    ref: str
+    anchor: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReconciledView:
+    """What a reconciliation established of a node's record of unknown outcome.
+
+    Attributes:
+        words: ``unknown → reconciled: succeeded``, as every surface names it.
+        note: How it was established.
+        citations: The evidence it cites.
+        call_error: The record's own error (the call's timeout, say), now only its history.
+    """
+
+    words: str
+    note: str
+    citations: tuple[CitationView, ...]
+    call_error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReusedView:
+    """The effect a reused node was satisfied by: nothing was sent for the node.
+
+    Attributes:
+        record_id: The effect's record.
+        revision: The revision that sent it.
+        words: ``reused record 1:pay (sent in revision 1)``.
+        anchor: The anchor of the record's row on the page (in the revision that sent it).
+    """
+
+    record_id: str
+    revision: int
+    words: str
+    anchor: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeView:
-    """One plan node: what it calls, and what came of it in this revision."""
+    """One plan node: what it calls, and what came of it in this revision.
+
+    A record of unknown outcome that a reconciliation settled shows as settled (``status``,
+    ``css``, ``error``, ``output``), with ``reconciliation`` saying so. A node satisfied by an
+    effect the task already had shows as succeeded, with ``reused`` naming that effect's record
+    (``record_id`` stays ``None``: the record is another revision's row).
+    """
 
     id: str
     description: str
@@ -93,15 +162,9 @@ class NodeView:
     error: str | None
     output: str | None
     reconciled: str | None
+    reconciliation: ReconciledView | None
+    reused: ReusedView | None
     attempts: tuple[AttemptView, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CitationView:
-    """A reference a verdict cites, and the anchor on the page it points at (if known)."""
-
-    ref: str
-    anchor: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +243,8 @@ class TaskView:
     event_count: int
     revisions: tuple[RevisionView, ...]
     trailing_rejections: tuple[PlanRejected, ...]
+    effects: tuple[EffectView, ...]
+    unwind: str | None
     ending: str
     detail: str
     outputs: tuple[tuple[str, str], ...]
@@ -203,12 +268,33 @@ def _attempts(result: NodeResult | None) -> tuple[AttemptView, ...]:
     )
 
 
-def _nodes(state: TaskState, revision: Revision) -> tuple[NodeView, ...]:
+def _nodes(state: TaskState, revision: Revision, refs: frozenset[str]) -> tuple[NodeView, ...]:
     views: list[NodeView] = []
     for standing in node_standings(state, revision):
         node, record = standing.node, standing.record
-        result = None if record is None else state.results.get(record.id)
+        recorded = None if record is None else state.results.get(record.id)
+        result = recorded
         status = standing.state.replace("_", " ")
+        error = None if record is None else record.error
+        reconciliation = None
+        settled = None if record is None else state.reconciled.get(record.id)
+        reused = _reused(record) if record is not None and standing.state == "reused" else None
+        if reused is not None:
+            # Satisfied by an effect an earlier revision sent: drawn as succeeded, marked reused;
+            # its record's row, error and attempts are that revision's.
+            status, error = "succeeded", None
+            if settled is not None:  # an effect of unknown outcome, reconciled as done
+                result = settled.result
+        elif record is not None and settled is not None:
+            # The record stays unknown in the ledger; what the reconciliation found is shown.
+            found = settlement(settled)
+            status, error, result = str(found.status), found.error, settled.result
+            reconciliation = ReconciledView(
+                words=found.words,
+                note=found.note,
+                citations=tuple(_citation(ref, refs) for ref in found.evidence_refs),
+                call_error=record.error,
+            )
         effect = record.effect if record is not None else node.effect or "tool's"
         views.append(
             NodeView(
@@ -220,22 +306,56 @@ def _nodes(state: TaskState, revision: Revision) -> tuple[NodeView, ...]:
                 args=canonical_json(node.args),
                 status=status,
                 css=_NODE_CLASS.get(status, "idle"),
-                record_id=None if record is None else str(record.id),
-                error=None if record is None else record.error,
+                record_id=None if record is None or reused is not None else str(record.id),
+                error=error,
                 output=canonical_json(result.value) if isinstance(result, Success) else None,
                 reconciled=standing.reconciled,
-                attempts=_attempts(result),
+                reconciliation=reconciliation,
+                reused=reused,
+                attempts=_attempts(recorded) if reused is None else (),
             )
         )
     return tuple(views)
 
 
+def _reused(record: ExecutionRecord) -> ReusedView:
+    return ReusedView(
+        record_id=str(record.id),
+        revision=record.revision,
+        words=reused_words(str(record.id), record.revision),
+        anchor=f"rec-{record.id}",
+    )
+
+
 def _graph(nodes: tuple[NodeView, ...]) -> dict[str, Any]:
-    """The plan as a graph for the page's layout script: nodes with their status, and edges."""
+    """The plan as a graph for the page's layout script: nodes with their status, and edges.
+
+    A settled record of unknown outcome is drawn in its settled status, labelled as reconciled;
+    a node satisfied by an effect the task already had is drawn as succeeded, labelled with the
+    record it reuses (and a link to it).
+    """
     known = {node.id for node in nodes}
     return {
-        "nodes": [{"id": n.id, "tool": n.tool, "status": n.status, "css": n.css} for n in nodes],
+        "nodes": [_graph_node(n) for n in nodes],
         "edges": [[before, n.id] for n in nodes for before in n.after if before in known],
+    }
+
+
+def _graph_node(node: NodeView) -> dict[str, Any]:
+    label, title = node.status, node.status
+    if node.reconciliation is not None:
+        label, title = f"reconciled: {node.status}", node.reconciliation.words
+    if node.reused is not None:
+        label, title = f"reused {node.reused.record_id}", node.reused.words
+    return {
+        "id": node.id,
+        "tool": node.tool,
+        "status": node.status,
+        "css": node.css,
+        "label": label,
+        "title": title,
+        "reconciled": node.reconciliation is not None,
+        "reused": None if node.reused is None else node.reused.anchor,
     }
 
 
@@ -326,7 +446,7 @@ def _revision(
     rejections: tuple[PlanRejected, ...],
 ) -> RevisionView:
     number = revision.number
-    nodes = _nodes(state, revision)
+    nodes = _nodes(state, revision, refs)
     diagnoses = tuple(
         f"{d.diagnosis.cause}" + (f": {d.diagnosis.detail}" if d.diagnosis.detail else "")
         for d in state.diagnoses
@@ -375,7 +495,7 @@ def task_view(state: TaskState) -> TaskView:
         task_id=state.task_id,
         phase=str(state.phase),
         status=None if finished is None else str(finished.status),
-        css=status_class(None if finished is None else finished.status),
+        css=status_class(state.phase if finished is None else finished.status),
         input=canonical_json(state.created.input),
         mode=str(contract.mode),
         goal=contract.goal or "",
@@ -385,6 +505,10 @@ def task_view(state: TaskState) -> TaskView:
         event_count=state.event_count,
         revisions=tuple(revisions),
         trailing_rejections=tuple(rejections),
+        effects=effect_views(state),
+        unwind=None
+        if state.unwinding is None
+        else unwind_words(state.unwinding, ended=finished is not None),
         ending=ending,
         detail=detail,
         outputs=outputs,

@@ -5,8 +5,9 @@
 //
 // FILE holds one task's entries as JSON lines (`pev ledger export TASK`). Each event's canonical
 // text is written again from the parsed JSON, in the form of the entry's schema (1: pev's own
-// canonical JSON; 2 and 3: RFC 8785), sealed again (sha256; HMAC-SHA256 under the key for
-// schema 3) and compared with the stored hash; every entry must link to the one before.
+// canonical JSON; 2 and 3: RFC 8785, integers exact), sealed again (sha256; HMAC-SHA256 under
+// the key for schema 3) and compared with the stored hash; every entry must link to the one
+// before.
 // The key is --key or the PEV_LEDGER_KEY environment variable. --head checks the last entry
 // against a head kept elsewhere (the task index, an anchor), which catches a dropped last event.
 //
@@ -124,6 +125,7 @@ function parseJson(text) {
 // --- canonical texts --------------------------------------------------------------------------
 
 const isInteger = (numberText) => !/[.eE]/.test(numberText);
+const MAX_INTEGER_DIGITS = 640; // the most an integer of schemas 2 and 3 has (§3.3)
 
 // Python's repr of a double: the shortest digits that round-trip, positional for exponents
 // -4..15 (with ".0" when integral), else d.ddde+XX with at least two exponent digits.
@@ -147,8 +149,18 @@ function pevNumber(numberText) {
   return isInteger(numberText) ? BigInt(numberText).toString() : pythonFloat(Number(numberText));
 }
 
-// Every JCS number is a double (an integer beyond 2**53 stands for the float it reads as).
+// RFC 8785 writes every number as a double; pev writes an integer (a number without a fraction
+// or an exponent) as its exact decimal digits (§3.3). Within ±(2**53 - 1) that is the double's
+// text, and so is an integral double's text beyond (1e20 is 100000000000000000000, which reads
+// as that integer).
 function jcsNumber(numberText) {
+  if (isInteger(numberText)) {
+    const digits = numberText.replace("-", "").length;
+    if (digits > MAX_INTEGER_DIGITS) {
+      throw new Failure(`an integer of ${digits} digits, more than the ${MAX_INTEGER_DIGITS} a ledger records`);
+    }
+    return BigInt(numberText).toString();
+  }
   const value = Number(numberText);
   if (!Number.isFinite(value)) throw new Failure(`${numberText} is not a finite JSON number`);
   return String(value); // ECMAScript's Number::toString is RFC 8785's number form

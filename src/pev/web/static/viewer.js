@@ -24,7 +24,7 @@
     graph.setGraph({ rankdir: "LR", nodesep: 18, ranksep: 46, marginx: 8, marginy: 8 });
     graph.setDefaultEdgeLabel(function () { return {}; });
     for (const node of plan.nodes) {
-      const longest = Math.max(node.id.length, node.tool.length, node.status.length);
+      const longest = Math.max(node.id.length, node.tool.length, node.label.length);
       graph.setNode(node.id, { node: node, width: Math.max(90, 7.4 * longest + 24), height: 54 });
     }
     for (const [from, to] of plan.edges) {
@@ -55,22 +55,33 @@
     for (const id of graph.nodes()) {
       const placed = graph.node(id);
       const node = placed.node;
+      // A settled record of unknown outcome: drawn in its settled status, marked reconciled.
+      // A node satisfied by an effect the task already had: drawn as succeeded, marked reused,
+      // and a link to the row of the record it reuses.
       const group = svg("g", {
-        class: "graph-node status-" + node.css,
-        "data-node": node.id, "data-status": node.status,
+        class: "graph-node status-" + node.css + (node.reconciled ? " reconciled" : "")
+          + (node.reused ? " reused" : ""),
+        "data-node": node.id, "data-status": node.status, "data-reconciled": node.reconciled,
+        "data-reused": node.reused ? "true" : "false",
         transform: "translate(" + (placed.x - placed.width / 2) + "," + (placed.y - placed.height / 2) + ")",
       });
       group.appendChild(svg("rect", { width: placed.width, height: placed.height, rx: 6, ry: 6 }));
-      const lines = [[node.id, "name"], [node.tool, "tool"], [node.status, "state"]];
+      const lines = [[node.id, "name"], [node.tool, "tool"], [node.label, "state"]];
       lines.forEach(function ([text, kind], index) {
         const label = svg("text", { x: placed.width / 2, y: 16 + index * 15, class: kind });
         label.textContent = text;
         group.appendChild(label);
       });
       const title = svg("title");
-      title.textContent = node.id + ": " + node.status;
+      title.textContent = node.id + ": " + node.title;
       group.appendChild(title);
-      drawing.appendChild(group);
+      if (node.reused) {
+        const link = svg("a", { href: "#" + node.reused, class: "reused-link" });
+        link.appendChild(group);
+        drawing.appendChild(link);
+      } else {
+        drawing.appendChild(group);
+      }
     }
     container.replaceChildren(drawing);
   }
