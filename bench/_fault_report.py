@@ -8,7 +8,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from _fault_tools import COMPENSATION
 from _fault_world import (
     EFFECT_FAULTS,
     FAULTS,
@@ -218,18 +217,12 @@ def _verdict(ok: bool | None) -> str:
 def _effects_part(runs: Suite) -> list[str]:
     stats = {s: summarize(o) for s, o in runs.effects.items()}
     groups = _by_fault(runs.effects, EFFECT_FAULTS, lambda task: task.fault)
-    compensation = (
-        "given to pev (its tools take `compensate=`)"
-        if COMPENSATION
-        else "not given: this pev's tools take no `compensate=` yet"
-    )
     lines = [
         (
             f"Effect tasks ({_tasks(runs.effects)} x {len(SEEDS)} seeds = "
             f"{stats['pev']['runs']:.0f} runs per strategy): multi-step tasks with several "
             "downstream actions (travel, messaging, trading, files), judged from the services' "
-            "own append-only logs. The undoable actions' `compensate` was "
-            f"{compensation}."
+            "own append-only logs. The undoable actions' `compensate` is given to pev."
         ),
         "",
         *_strategy_table(stats),

@@ -5,15 +5,14 @@ the idempotency key pev handed it (the baselines call the function directly and 
 nothing de-duplicates: a call sent twice takes effect twice, so the logs show what each strategy
 sent. An action's `reconcile` looks up by that key what the call did (what a payment or booking
 API with idempotency keys offers), and an undoable action's `compensate` undoes one effect by
-its key: given to pev only once `pev.tool` takes `compensate=` (docs/design.md §4.5), and
-never to the baselines, which call the functions directly.
+its key (docs/design.md §4.5): given to pev, never to the baselines, which call the functions
+directly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,9 +31,6 @@ TIMEOUT_S = 1.0
 # it in wall time, so it is shorter, yet still past those stalls; the hang lasts well past it.
 HANG_TIMEOUT_S = 0.25
 HANG_S = 4 * HANG_TIMEOUT_S
-# Whether this pev takes `compensate=` on its tools (docs/design.md §4.5); the suite runs
-# either way.
-COMPENSATION = "compensate" in inspect.signature(pev.tool).parameters
 
 
 @dataclass(frozen=True)
@@ -138,7 +134,7 @@ def world_tool(
     options: dict[str, Any] = {}
     if action:
         options["reconcile"] = reconcile
-    if action and service.undoable and COMPENSATION:
+    if action and service.undoable:
         options["compensate"] = compensate
     tool = pev.tool(
         call,

@@ -79,6 +79,14 @@ def test_the_task_page_shows_the_replan(viewer: TestClient) -> None:
     assert "chain verified" in page
 
 
+def test_a_verdict_badge_is_coloured_by_its_status(viewer: TestClient) -> None:
+    """A passing verdict's badge is green; the one that led to the replan is not."""
+    page = viewer.get(f"/tasks/{HOSTILE_ID}").text
+    badges = re.findall(r'verdict <span class="badge (\w+)">(\w+)</span>', page)
+    assert ("ok", "success") in badges
+    assert all(css != "ok" for css, status in badges if status != "success")
+
+
 def test_responses_forbid_outside_assets_and_framing(viewer: TestClient) -> None:
     """Every page sets a CSP of the viewer's own origin only, and refuses to be framed."""
     headers = viewer.get("/").headers

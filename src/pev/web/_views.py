@@ -375,7 +375,7 @@ def _verdict(recorded: VerdictRecorded, refs: frozenset[str]) -> VerdictView:
         status = "not asked"
     return VerdictView(
         status=status,
-        css={"pass": "ok", "fail": "bad"}.get(status, "warn"),
+        css={"success": "ok", "failure": "bad"}.get(status, "warn"),
         reliability=str(recorded.reliability),
         evidence_missing=recorded.evidence_missing,
         problems=tuple(recorded.problems),
