@@ -23,9 +23,9 @@ from pev.model import DeviceFailure, ExecutionRecord, NodeResult, Success
 
 # Every tool's timeout: ample, as an author sets one, for services that answer in well under a
 # millisecond. pev counts a call's time from its dispatch (the pending write included), so a
-# timeout must also outlast the stalls of a busy machine: on 2 cores shared with other work,
-# dispatch to call took up to 0.25 s. With 0.05 s, such a stall ended a run `partial` (a call
-# "not started: its 0.05 s had passed", a compensation timed out) and flipped runs at random.
+# timeout must also outlast the stalls of a busy machine (2 cores shared with other work). With
+# 0.05 s, such a stall ended a run `partial` (a call "not started: its 0.05 s had passed", a
+# compensation timed out) and flipped runs at random.
 TIMEOUT_S = 1.0
 # The timeout of a tool armed to hang (`Arms.hang`), on every strategy alike: each hang costs
 # it in wall time, so it is shorter, yet still past those stalls; the hang lasts well past it.

@@ -23,6 +23,7 @@ from pev.ledger import (
     TaskState,
     TaskSummary,
     VerdictRecorded,
+    call_name,
     known_refs,
 )
 from pev.ledger._queries import NodeStanding, node_standings
@@ -218,7 +219,7 @@ def _effects(state: TaskState) -> RenderableType:
     for effect in state.effects.values():
         table.add_row(
             effect.record_id,
-            effect.tool or f"@{effect.node_id}",
+            call_name(effect.tool, effect.node_id),
             args_text(effect),
             str(effect.occurrence),
             effect.key,

@@ -64,7 +64,13 @@ from pev.model import (
 )
 from pev.model._results import as_node_result
 
-__all__ = ["Compensations", "compensation_problems", "left_in_place", "replaced_effects"]
+__all__ = [
+    "Compensations",
+    "compensation_problems",
+    "left_in_place",
+    "replaced_by",
+    "replaced_effects",
+]
 
 
 class Compensations:
@@ -220,14 +226,11 @@ class Compensations:
             answer = DeviceFailure(effect.node_id, noted(exc, task_id=state.task_id, who=who))
         finally:
             _NODE_CONTEXT.reset(token)
-        if isinstance(answer, VerifierFailure):
-            # A check that the undo did not hold: the effect was not undone.
-            answer = DeviceFailure(effect.node_id, answer.reason)
-        elif not isinstance(answer, Success | DeviceFailure):
-            # Returning (None, or anything) means undone; a value JSON cannot hold is unknown.
-            answer = as_node_result(effect.node_id, answer, source="a compensation", action=True)
+        # Returning (None, or anything) means undone; a failure means not; a value JSON cannot
+        # hold is unknown.
+        undone = as_node_result(effect.node_id, answer, source="a compensation", action=True)
         return recordable_result(
-            answer,
+            undone,
             node_id=effect.node_id,
             action=True,
             limits=state.policy.value_limits,
@@ -265,30 +268,23 @@ def replaced_effects(
         intent = matcher.intent(node_id, matcher.planned_digest(node_id), effects=earlier)
         return intent.effect.record_id if isinstance(intent, Reuse) else None
 
-    def standing(effect: TaskEffect) -> bool:
-        return effect.in_world and effect.compensation is None and effect.superseded != number
-
     if revision.kind is RevisionKind.LOCAL:
-        for node_id in sorted(revision.redo, key=list(nodes).index):
-            node = nodes[node_id]
-            if matcher.is_action(node_id) and next(iter_refs(node.args), None) is not None:
-                continue  # decided at dispatch, once its args are known
-            old = lineage_effect(state, node_id)
-            if old is None or not standing(old):
+        for node in revision.plan.nodes:
+            if node.id not in revision.redo:
                 continue
-            # The same call again (reused, or repeated on purpose) leaves the old effect be.
-            same = matcher.is_action(node_id) and (node.tool, matcher.planned_digest(node_id)) == (
-                old.tool,
-                old.args_digest,
-            )
-            if not same:
-                yield old, f"revision {number} redoes node {node_id!r} with another call"
+            action = matcher.is_action(node.id)
+            if action and next(iter_refs(node.args), None) is not None:
+                continue  # decided at dispatch, once its args are known
+            call = (node.tool, matcher.planned_digest(node.id)) if action else None
+            old = replaced_by(state, node.id, call)
+            if old is not None:
+                yield old, f"revision {number} redoes node {node.id!r} with another call"
         return
     if revision.kind is not RevisionKind.GLOBAL:
         return
     named = set(revision.plan.compensate)
     for effect in earlier:
-        if effect.record_id in named and standing(effect):
+        if effect.record_id in named and _stands(effect, number):
             yield effect, f"revision {number}'s plan asks to compensate it"
     verdicts = [recorded.verdict for recorded in state.verdicts if recorded.verdict is not None]
     blamed = verdicts[-1].failed_nodes if verdicts else frozenset()
@@ -301,7 +297,7 @@ def replaced_effects(
             and effect.node_id in blamed
             and effect.record_id not in named
             and effect.record_id not in kept
-            and standing(effect)
+            and _stands(effect, number)
         ):
             yield (
                 effect,
@@ -309,20 +305,38 @@ def replaced_effects(
             )
 
 
-def lineage_effect(state: TaskState, node_id: str) -> TaskEffect | None:
-    """The latest effect node ``node_id`` had in the current lineage before this revision."""
+def _stands(effect: TaskEffect, revision: int) -> bool:
+    """Whether ``effect`` is in the world, undone by nothing, and not replaced by ``revision``."""
+    return effect.in_world and effect.compensation is None and effect.superseded != revision
+
+
+def replaced_by(
+    state: TaskState, node_id: str, call: tuple[str | None, str] | None
+) -> TaskEffect | None:
+    """The effect a redo of node ``node_id`` making ``call`` (tool, args digest) replaces.
+
+    That is the latest effect the node had in the current lineage before this revision, while
+    it stands and ``call`` is another (``None``: the node is no longer an action): the same call
+    again, reused or repeated on purpose, leaves it be.
+    """
     revision = current(state)
     found = None
     for effect in state.effects.values():
         if effect.node_id == node_id and revision.lineage <= effect.revision < revision.number:
             found = effect
+    if (
+        found is None
+        or not _stands(found, revision.number)
+        or (found.tool, found.args_digest) == call
+    ):
+        return None
     return found
 
 
 def left_in_place(state: TaskState) -> TaskEffect | None:
     """An effect the current revision superseded whose compensation failed or ended unknown."""
     revision = state.revision
-    if revision is None:
+    if revision is None or state.unwinding is not None:
         return None
     for effect in state.effects.values():
         undo = effect.compensation
@@ -330,7 +344,6 @@ def left_in_place(state: TaskState) -> TaskEffect | None:
             undo is not None
             and undo.revision == revision.number
             and undo.status in (RecordStatus.FAILED, RecordStatus.UNKNOWN)
-            and state.unwinding is None
         ):
             return effect
     return None
@@ -375,10 +388,11 @@ def unwound(state: TaskState) -> TaskFinished | UnwindStarted:
 
 
 def _undo_error(effect: TaskEffect) -> str:
-    result = effect.compensation_result
-    if isinstance(result, DeviceFailure):
-        return f"its compensation failed ({result.error})"
-    return "its compensation did not undo it"
+    match effect.compensation_result:
+        case DeviceFailure(error=error) | VerifierFailure(reason=error):
+            return f"its compensation failed ({error})"
+        case _:
+            return "its compensation did not undo it"
 
 
 def compensation_problems(

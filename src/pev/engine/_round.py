@@ -22,7 +22,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
-from pev.engine._compensation import lineage_effect
+from pev.engine._compensation import replaced_by
 from pev.engine._effects import EffectMatcher, effective_effect, refusal
 from pev.engine._failures import Interrupted, carried, noted
 from pev.engine._host import TaskHost
@@ -40,7 +40,6 @@ from pev.ledger import (
     RecordReconciled,
     Refuse,
     Reuse,
-    RevisionKind,
     TaskEffect,
     call_name,
     effect_key,
@@ -185,7 +184,7 @@ class Round:
         self._interrupt: BaseException | None = None
         # Set when a compensation left an effect in place: nothing more is dispatched.
         self._halted = False
-        self._redo = redo if state.revisions[-1].kind is RevisionKind.LOCAL else frozenset()
+        self._redo = redo  # empty but for a local revision
 
     async def run(self) -> bool:
         """Run the round; True if every node was dispatched or skipped (not cancelled or late).
@@ -375,17 +374,8 @@ class Round:
         """
         if record.node_id not in self._redo or record.effect is not Effect.ACTION:
             return None
-        state = self._host.state
-        old = lineage_effect(state, record.node_id)
-        if (
-            old is None
-            or not old.in_world
-            or old.compensation is not None
-            or old.superseded == self._number
-            or (old.tool, old.args_digest) == (record.tool, record.args_digest)
-        ):
-            return None
-        return old
+        call = (record.tool, record.args_digest)
+        return replaced_by(self._host.state, record.node_id, call)
 
     async def _undo_first(self, replaced: list[tuple[_Start, TaskEffect | None]]) -> list[_Start]:
         """Supersede (and undo) what each starting node replaces; keep those that may start.
@@ -411,7 +401,6 @@ class Round:
     def _reused(self, node_id: str, effect: TaskEffect) -> list[Event]:
         """A node satisfied by an effect the task already has: not sent, its dependents go on."""
         self._done[node_id] = True
-        self._resolved[node_id] = effect.args_digest
         if isinstance(effect.result, Success):
             self._outputs[node_id] = effect.result.value
         reused = NodeReused(revision=self._number, node_id=node_id, record_id=effect.record_id)

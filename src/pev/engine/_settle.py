@@ -103,8 +103,10 @@ class Settler:
                 or record.id in self._asked
             ):
                 continue
-            result = await (self._ask_unfinished(record) if unfinished else self._ask(record))
-            if result is None or (isinstance(result, DeviceFailure) and result.outcome_unknown):
+            result = _settles(
+                await (self._ask_unfinished(record) if unfinished else self._ask(record))
+            )
+            if result is None:
                 continue
             events.append(
                 RecordReconciled(
@@ -123,10 +125,7 @@ class Settler:
         """
         if self._reconcile is None or record.id in self._asked:
             return None
-        result = await self._ask(record)
-        if result is None or (isinstance(result, DeviceFailure) and result.outcome_unknown):
-            return None
-        return result
+        return _settles(await self._ask(record))
 
     async def unfinished(self) -> None:
         """Settle what a crash left unfinished, then what the current revision left unknown.
@@ -227,3 +226,10 @@ def _cut_short(state: TaskState, record: ExecutionRecord) -> int:
         for other in state.records.values()
         if other.revision == record.revision and other.node_id == record.node_id
     )
+
+
+def _settles(answer: NodeResult | None) -> NodeResult | None:
+    """A reconcile's answer, if it settles the record: one of unknown outcome settles nothing."""
+    if answer is None or (isinstance(answer, DeviceFailure) and answer.outcome_unknown):
+        return None
+    return answer

@@ -234,37 +234,32 @@ class ToolExecutor:
         found = self._registry.get(tool) if tool is not None else None
         return found is not None and found.compensate is not None
 
-    async def compensate(self, effect: TaskEffect) -> NodeResult:
+    async def compensate(self, effect: TaskEffect) -> object:
         """Undo one effect with its tool's ``compensate`` (see :data:`~pev.engine.Compensator`).
 
-        Bounded by the tool's timeout, else ``node_timeout_s``. A compensation that returns is a
-        success; one that raises or returns a failure did not undo the effect; one that runs
-        past the timeout may or may not have (``outcome_unknown``). It is never retried here.
+        Bounded by the tool's timeout, else ``node_timeout_s``: one that runs past it may or may
+        not have undone the effect (``outcome_unknown``). Returns what the compensation
+        returned, which the engine reads as it reads any compensation's answer (returning means
+        undone, a failure means not). It is never retried here.
+
+        Raises:
+            Exception: Whatever the compensation raised (the effect was not undone).
         """
         found = self._registry.get(effect.tool) if effect.tool is not None else None
-        node_id = effect.node_id
         if found is None or found.compensate is None:
-            return DeviceFailure(node_id, f"tool {effect.tool!r} declares no compensate")
-        undo = found.compensate
+            return DeviceFailure(effect.node_id, f"tool {effect.tool!r} declares no compensate")
         timeout = found.timeout_s if found.timeout_s is not None else self._node_timeout_s
-        who = f"the compensate of tool {found.name!r} (record {effect.record_id})"
-        context = _NODE_CONTEXT.get(None)  # the compensation's own, set by the engine
-        task_id = context.task_id if context is not None else ""
         try:
             async with asyncio.timeout(timeout):
-                value = await _undo(undo, effect)
+                return await _undo(found.compensate, effect)
         except TimeoutError:
             return DeviceFailure(
-                node_id,
-                f"{who} timed out after {timeout:g} s; it may or may not have undone the effect",
+                effect.node_id,
+                f"the compensate of tool {found.name!r} (record {effect.record_id}) timed out "
+                f"after {timeout:g} s; it may or may not have undone the effect",
                 is_timeout=True,
                 outcome_unknown=True,
             )
-        except Exception as exc:  # noqa: BLE001 - a compensation that raises did not undo it
-            return DeviceFailure(node_id, noted(exc, task_id=task_id, who=who))
-        if value is None:
-            return Success(None)
-        return as_node_result(node_id, value, source=who, action=True)
 
     async def _invoke(
         self, call: ToolCall, handover: list[concurrent.futures.Future[Any]] | None

@@ -53,27 +53,21 @@ def lineage_results(state: TaskState) -> dict[str, NodeResult]:
     result, in the revision that reused it.
     """
     results: dict[str, NodeResult] = {}
-    if not state.reused:
-        for record in lineage_records(state):
-            result = _settled_result(state, record)
-            if result is not None:
-                results[record.node_id] = result
-        return results
-    # Reuses interleave with records by revision: the latest revision's wins for each node.
+    # Records and reuses are each in revision order; for a node, the latest revision's wins.
     revision_of: dict[str, int] = {}
     for record in lineage_records(state):
         result = _settled_result(state, record)
         if result is not None:
             results[record.node_id] = result
             revision_of[record.node_id] = record.revision
-    lineage = state.revisions[-1].lineage
     for reuse in state.reused:
-        if reuse.revision < lineage or revision_of.get(reuse.node_id, 0) > reuse.revision:
-            continue
         result = reused_result(state, reuse)
-        if result is not None:
+        if (
+            result is not None
+            and reuse.revision >= state.revisions[-1].lineage
+            and reuse.revision > revision_of.get(reuse.node_id, 0)
+        ):
             results[reuse.node_id] = result
-            revision_of[reuse.node_id] = reuse.revision
     return results
 
 

@@ -8,7 +8,7 @@ reads a clock or does I/O: times come from the entries.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NoReturn, assert_never
@@ -493,12 +493,6 @@ def _node_dispatched(state: TaskState, event: NodeDispatched) -> dict[str, Any]:
     return {"records": _with(state.records, record.id, record)}
 
 
-def _replace(effect: TaskEffect, **changes: Any) -> TaskEffect:
-    fields = {name: getattr(effect, name) for name in TaskEffect.__slots__}
-    fields.update(changes)
-    return TaskEffect(**fields)
-
-
 def _effect(state: TaskState, event: Event, record_id: RecordId) -> TaskEffect:
     effect = state.effects.get(record_id)
     if effect is None:
@@ -529,7 +523,7 @@ def _record_reconciled(state: TaskState, event: RecordReconciled) -> dict[str, A
     if effect is not None:
         done = isinstance(event.result, Success)
         status = EffectStatus.DONE if done else EffectStatus.NOT_DONE
-        settled = _replace(effect, status=status, result=event.result)
+        settled = replace(effect, status=status, result=event.result)
         changes["effects"] = _with(state.effects, record.id, settled)
     return changes
 
@@ -539,7 +533,7 @@ def _effect_superseded(state: TaskState, event: EffectSuperseded) -> dict[str, A
     effect = _effect(state, event, event.record_id)
     if not effect.in_world:
         _refuse(state, event, f"effect {effect.record_id} is no longer in the world")
-    superseded = _replace(effect, superseded=event.revision)
+    superseded = replace(effect, superseded=event.revision)
     return {"effects": _with(state.effects, effect.record_id, superseded)}
 
 
@@ -566,7 +560,7 @@ def _node_reused(state: TaskState, event: NodeReused) -> dict[str, Any]:
     if effect.superseded is not None:
         # In use again: a later revision's plan wants what it did.
         changes["effects"] = _with(
-            state.effects, effect.record_id, _replace(effect, superseded=None)
+            state.effects, effect.record_id, replace(effect, superseded=None)
         )
     return changes
 
@@ -585,7 +579,7 @@ def _compensation_dispatched(state: TaskState, event: CompensationDispatched) ->
         for other in state.effects.values()
     ):
         _refuse(state, event, f"record {record.id} already exists")
-    changed = _replace(effect, compensation=record)
+    changed = replace(effect, compensation=record)
     return {"effects": _with(state.effects, effect.record_id, changed)}
 
 
@@ -609,7 +603,7 @@ def _compensation_ended(
         if event.result is not None and record_status_for(event.result) is not status:
             _refuse(state, event, f"a {event.result.kind} result does not give status {status}")
     moved = record.advance(status, at=event.at, error=_error_of(event.result))
-    changed = _replace(effect, compensation=moved, compensation_result=event.result)
+    changed = replace(effect, compensation=moved, compensation_result=event.result)
     return {"effects": _with(state.effects, effect.record_id, changed)}
 
 

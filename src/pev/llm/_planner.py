@@ -13,7 +13,7 @@ from pev.chat import ChatMessage, ChatModel, ChatRequest, LLMError
 from pev.codec import decode, encode
 from pev.engine import PlanRequest
 from pev.errors import CodecError, PlannerUnavailable, UsageError
-from pev.ledger import RevisionKind, TaskEffect
+from pev.ledger import RevisionKind, TaskEffect, call_name
 from pev.llm._prompt import (
     Prompted,
     as_json,
@@ -249,7 +249,7 @@ def _effects_section(effects: tuple[TaskEffect, ...]) -> str:
             notes.append(f"compensation {effect.compensation.status}")
         value = "" if effect.value is None else f" -> {one_line(_compact(effect.value), 200)}"
         lines.append(
-            f"- {effect.record_id}: {effect.tool or effect.node_id}({args}) occurrence "
+            f"- {effect.record_id}: {call_name(effect.tool, effect.node_id)}({args}) occurrence "
             f"{effect.occurrence}, revision {effect.revision}: {', '.join(notes)}{value}"
         )
     lines.append(

@@ -216,7 +216,6 @@ class ConsoleRail:
             )
             if event.phase is RailPhase.COMPENSATION_STARTED:
                 label = f"undo {label}"
-
             self._running.add(record.id, label, event.at)
             if self._display is None:
                 self._display = Live(

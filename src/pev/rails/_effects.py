@@ -110,12 +110,13 @@ def unwind_words(unwind: UnwindStarted, *, ended: bool = False) -> str:
     return f"undoing its effects before it ends {ending}"
 
 
-def args_text(effect: TaskEffect, limit: int = ARGS_CHARS) -> str:
+def args_text(effect: TaskEffect, limit: int | None = ARGS_CHARS) -> str:
     """The effect's args as canonical JSON, cut to ``limit`` characters with ``…``.
 
-    An older record whose args were never recorded (its node's held a ``$ref``) shows ``?``.
+    ``limit=None`` gives them whole. An older record whose args were never recorded (its node's
+    held a ``$ref``) shows ``?``.
     """
     if effect.args is None:
         return "?"
     text = canonical_json(effect.args)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pev.ledger import TaskEffect, TaskState
-from pev.model import canonical_json
+from pev.ledger import TaskEffect, TaskState, call_name
 from pev.rails._effects import args_text, undoing
 
 __all__ = ["EffectView", "effect_views"]
@@ -72,9 +71,9 @@ def _effect(effect: TaskEffect) -> EffectView:
         anchor=f"rec-{effect.record_id}",
         node_id=effect.node_id,
         revision=effect.revision,
-        tool=effect.tool or f"@{effect.node_id}",
+        tool=call_name(effect.tool, effect.node_id),
         args=args_text(effect),
-        args_full="?" if effect.args is None else canonical_json(effect.args),
+        args_full=args_text(effect, limit=None),
         occurrence=effect.occurrence,
         key=effect.key,
         status=str(effect.status),
