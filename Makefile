@@ -52,10 +52,12 @@ typecheck: $(TEST_STAMP)
 	$(BIN)/mypy --strict src
 
 pytest: $(TEST_STAMP)
-	$(BIN)/pytest --cov --cov-report=term --cov-report=xml -p no:cacheprovider
+	$(BIN)/pytest --cov --cov-report=term --cov-report=xml -p no:cacheprovider --durations=15
 
 # Longer fault sweeps than `make test` runs: the fleet under random SIGKILLs on five more seeds,
-# the effects properties at many more examples, and the whole fault suite with its safety check.
+# the effects properties at many more examples, the whole fault suite with its safety check, a
+# private PostgreSQL server restarted, crashed and cut under a fleet, a frozen Ray driver whose
+# node is removed, and many processes opening one new SQLite ledger at once.
 soak: $(TEST_STAMP)  ## Longer fault sweeps (minutes; not part of `make test`): run before resolving an issue.
 	for seed in 12 13 14 15 16; do \
 		PEV_FLEET_SEED=$$seed $(BIN)/pytest -p no:cacheprovider -q tests/engine/test_fleet.py || exit 1; \
@@ -63,6 +65,9 @@ soak: $(TEST_STAMP)  ## Longer fault sweeps (minutes; not part of `make test`): 
 	PEV_SOAK_FACTOR=10 $(BIN)/pytest -p no:cacheprovider -q tests/ledger/test_properties_effects.py \
 		tests/engine/test_effects_once.py tests/engine/test_effects_processes.py
 	$(BIN)/python bench/bench_faults.py --check
+	PEV_SOAK_FACTOR=4 $(BIN)/pytest -p no:cacheprovider -q tests/stores/test_postgres_restarts.py
+	PEV_SOAK_FACTOR=5 $(BIN)/pytest -p no:cacheprovider -q tests/cluster/test_driver_faults.py -k frozen
+	PEV_SOAK_FACTOR=10 $(BIN)/pytest -p no:cacheprovider -q tests/stores/test_sqlite_opening.py
 
 bench: $(BENCH_STAMP)  ## Kernel, ledger, engine, LangGraph, fault-suite and scale benchmarks; writes docs/benchmarks.md and README.md.
 	$(BIN)/python bench/bench_foundation.py --write docs/benchmarks.md

@@ -375,7 +375,10 @@ def _module_state_writes(name: str) -> list[str]:
 # constants of its types, as its functools.cache'd field tables are), and an entry never changes
 # once written. (The canonical text writers of pev._canonical and pev._native keep such tables
 # per form, in the writer object.)
-PER_CLASS_TABLES = frozenset({"pev.codec:_ENCODERS"})
+# The same holds for the rails' table of one lock per rail object (pev.rails._lanes): a weak
+# table, an entry written once and living as long as its rail object, so that one rail shared by
+# the runs of a worker is called one event at a time from their threads.
+PER_CLASS_TABLES = frozenset({"pev.codec:_ENCODERS", "pev.rails._lanes:_SERIAL"})
 
 
 def test_no_module_keeps_mutable_state() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import sqlite3
 import subprocess
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 from pev.cli import EXIT_CODES, cli, default_db, main
 from pev.kernel import TaskStatus
+from pev.stores import SQLiteStore
 
 
 @pytest.fixture
@@ -127,8 +129,14 @@ def test_tasks_lists_and_filters_by_status(db: Path) -> None:
     assert "succeeded" not in out
 
 
+def _empty_ledger(db: Path) -> None:
+    """Make ``db`` a ledger without tasks (reading commands never create one)."""
+    asyncio.run(SQLiteStore(db).close())
+
+
 def test_tasks_on_an_empty_ledger_says_so(db: Path) -> None:
     """An empty ledger prints a plain note, not an empty table."""
+    _empty_ledger(db)
     code, out = _invoke(db, "tasks")
     assert code == 0
     assert "no tasks" in out
@@ -254,6 +262,7 @@ def test_ambiguous_prefix_is_a_usage_error(db: Path) -> None:
 @pytest.mark.parametrize("command", ["show", "resume", "cancel"])
 def test_unknown_task_is_one_line_exit_2(db: Path, command: str) -> None:
     """An unknown task id is a one-line error with exit code 2, for every command taking one."""
+    _empty_ledger(db)
     result = CliRunner().invoke(cli, ["--db", str(db), command, "no-such-task"])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]

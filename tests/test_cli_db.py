@@ -140,14 +140,45 @@ def test_a_bad_url_is_one_line_exit_2(target: str, problem: str) -> None:
         assert re.search(problem, result.output)
 
 
-def test_an_unreachable_server_is_one_line_exit_2() -> None:
-    """No server at the URL: one line saying so, exit 2 (the --db given is at fault)."""
+def test_an_unreachable_server_is_one_transient_line_exit_75() -> None:
+    """No server at the URL: one line saying it did not answer and to try again, exit 75."""
     pytest.importorskip("psycopg", reason="the postgres extra is not installed")
-    result = invoke("--db", "postgresql://pev:secret@127.0.0.1:1/ledgers", "tasks")
-    assert result.exit_code == 2
+    for command in (["tasks"], ["ledger", "verify"], ["db", "upgrade"]):
+        result = invoke("--db", "postgresql://pev:secret@127.0.0.1:1/ledgers", *command)
+        assert result.exit_code == 75, result.output
+        assert len(lines(result)) == 1
+        assert "cannot connect" in result.output
+        assert "did not answer" in result.output
+        assert "run the command again" in result.output
+        assert "secret" not in result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["tasks"], id="tasks"),
+        pytest.param(["show", "t-1"], id="show"),
+        pytest.param(["events", "t-1"], id="events"),
+        pytest.param(["lessons"], id="lessons"),
+        pytest.param(["ledger", "verify"], id="verify"),
+        pytest.param(["ledger", "export", "t-1"], id="export"),
+    ],
+)
+def test_a_reading_command_never_creates_the_schema(
+    url: str, schema: str, command: list[str]
+) -> None:
+    """A schema without pev's tables: one line naming `pev db upgrade`, exit 2, nothing made."""
+    result = invoke("--db", url, *command)
+    assert result.exit_code == 2, result.output
     assert len(lines(result)) == 1
-    assert "cannot connect" in result.output
-    assert "secret" not in result.output
+    assert "holds no pev ledger" in result.output
+    assert "pev db upgrade" in result.output
+    found = postgres.execute(
+        "SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
+        schema=schema,
+        params=(schema,),
+    )
+    assert found == [(0,)]
 
 
 def test_db_upgrade_of_an_sqlite_file_has_nothing_to_do(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from pev.cli import cli
 from pev.cli._taskfile import MAX_TASK_FILE_BYTES
 from pev.model import Plan, PlanNode
 from pev.policy import RecoveryPolicy
+from pev.stores import SQLiteStore
 from pev.testing import FunctionExecutor, ScriptedPlanner
 
 AGENT = """
@@ -242,11 +243,16 @@ def test_a_name_too_long_for_the_ledger_commands_is_one_line(tmp_path: Path, com
 
 
 def test_a_db_in_a_folder_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
-    """--db in a folder that cannot be created: one line saying so and how to fix it."""
+    """--db in a folder that cannot be created: one line saying so and how to fix it.
+
+    A command that writes tries to make the folder; one that reads finds no ledger there.
+    """
     if not Path("/proc/self").exists():
         pytest.skip("needs /proc, where no folder can be made")
-    line = _one_line_exit_2(_pev("--db", "/proc/pev-no-such/ledger.db", "tasks"))
+    line = _one_line_exit_2(_pev("--db", "/proc/pev-no-such/ledger.db", "cancel", "t"))
     assert "cannot make the folder of the ledger /proc/pev-no-such/ledger.db" in line
+    line = _one_line_exit_2(_pev("--db", "/proc/pev-no-such/ledger.db", "tasks"))
+    assert "there is no ledger at /proc/pev-no-such/ledger.db (no such folder" in line
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads any file")
@@ -405,6 +411,7 @@ def test_a_task_id_no_store_can_hold_is_an_unknown_task(
     tmp_path: Path, command: str, task_id: str
 ) -> None:
     """A TASK with a byte that is not UTF-8, or a NUL: one line, no such task."""
+    asyncio.run(SQLiteStore(tmp_path / "l.db").close())  # show reads: the ledger must exist
     line = _one_line_exit_2(_pev("--db", str(tmp_path / "l.db"), command, task_id))
     assert "no task with id" in line
 

@@ -18,6 +18,7 @@ import pev
 from pev.cli import cli
 from pev.cli._progress import ConsoleRail
 from pev.cli._taskfile import TaskFileError, load_task_file
+from pev.engine._components import IMPORT_ROOTS_KEY
 from pev.ledger import Ledger
 from pev.stores import SQLiteStore
 from pev.testing import FunctionExecutor, ScriptedPlanner
@@ -480,7 +481,10 @@ def test_a_task_file_names_an_agent_whole(workdir: Path) -> None:
         finally:
             await store.close()
 
-    assert asyncio.run(components()) == {"agent": "agent:forecaster"}
+    recorded = asyncio.run(components())
+    # The task file's folder is recorded too when it left sys.path (the engine's import roots).
+    assert recorded.pop(IMPORT_ROOTS_KEY, str(workdir)) == str(workdir)
+    assert recorded == {"agent": "agent:forecaster"}
 
 
 def test_a_task_file_names_its_store_and_the_command_line_overrides_it(

@@ -157,6 +157,7 @@ def test_tasks_json(tmp_path: Path) -> None:
 
 def test_tasks_json_of_an_empty_ledger(tmp_path: Path) -> None:
     """No task: an empty list, not a sentence."""
+    asyncio.run(SQLiteStore(tmp_path / "ledger.db").close())  # reading never creates one
     code, out, _ = _pev("tasks", "--db", str(tmp_path / "ledger.db"), "--json")
     assert code == 0
     assert _valid("tasks", out)["tasks"] == []

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.support.refusals import refusals, waiting_task, worker_until
+from tests.support.refusals import waiting_task, worker_until
 
 import pev
 from pev._imports import TRUSTED_MODULES_VARIABLE, ImportPathError, resolve
 from pev.cli import cli
 from pev.engine import WorkerReport
 from pev.errors import ComponentError
+from pev.ledger import Ledger, TaskState
 from pev.stores import SQLiteStore
 
 AGENT = """
@@ -199,22 +200,42 @@ def test_a_worker_refuses_an_untrusted_task_and_carries_on(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A worker logs one line naming the variable, counts the task failed, imports nothing."""
+    """A worker logs one line naming the variable, records the start failed, imports nothing.
+
+    The drive cannot start: each attempt is a ``start_failed`` event and a released lease, and
+    the policy's last one ends the task ``failed``/``agent_unavailable`` (docs/workers.md).
+    """
     monkeypatch.setenv(TRUSTED_MODULES_VARIABLE, "myapp")
     db = tmp_path / "ledger.db"
-    asyncio.run(waiting_task(db, {"planner": f"{modules.name}:planner"}))
+    task_id = asyncio.run(waiting_task(db, {"planner": f"{modules.name}:planner"}))
 
-    async def work() -> WorkerReport:
+    def not_started() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "could not start" in r.getMessage()]
+
+    def ended() -> bool:
+        return any("agent_unavailable" in r.getMessage() for r in not_started())
+
+    async def work() -> tuple[WorkerReport, TaskState]:
         store = SQLiteStore(db)
         try:
-            return await worker_until(store, lambda: bool(refusals(caplog)))
+            report = await worker_until(
+                store,
+                lambda: "agent_unavailable" in " ".join(r.getMessage() for r in not_started()),
+            )
+            return report, await Ledger(store).state(task_id)
         finally:
             await store.close()
 
     with caplog.at_level(logging.INFO, logger="pev.worker"):
-        report = asyncio.run(asyncio.wait_for(work(), timeout=30))
-    assert (report.claimed, report.failed, report.ended) == (1, 1, 0)
-    (refused,) = refusals(caplog)
-    assert TRUSTED_MODULES_VARIABLE in refused.getMessage()
-    assert refused.exc_info is None
+        report, state = asyncio.run(asyncio.wait_for(work(), timeout=30))
+    attempts = state.policy.start_attempts
+    assert (report.not_started, report.failed, report.ended) == (attempts, 0, 1)
+    assert state.finished is not None
+    assert state.finished.reason == "agent_unavailable"
+    lines = not_started()
+    assert len(lines) == attempts
+    assert all(TRUSTED_MODULES_VARIABLE in line.getMessage() for line in lines)
+    assert all(line.exc_info is None for line in lines)
+    assert len(state.start_failures) == attempts
+    assert all(TRUSTED_MODULES_VARIABLE in failed.cause for failed in state.start_failures)
     assert not modules.imported

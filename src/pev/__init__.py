@@ -59,6 +59,7 @@ from pev.errors import (
     SchemaVersionError,
     StateError,
     StoreError,
+    StoreUnavailable,
     UnknownTaskError,
     UsageError,
 )
@@ -155,6 +156,7 @@ __all__ = [
     "StateError",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "Success",
     "TaskHandle",
     "TaskPhase",

@@ -16,6 +16,7 @@ kernel decides on; the exceptions here are for misuse, invalid input and broken 
     │   ├── LeaseHeld        another live driver holds the task's lease
     │   └── LeaseLost        this driver's lease was taken over; it must write nothing more
     └── StoreError           the ledger store failed or holds something it should not
+        ├── StoreUnavailable the store could not be reached or did not answer: try again
         ├── ConflictError    another writer appended the same sequence number first
         ├── LedgerCorruptError  a stored ledger fails its hash chain or its fold
         ├── SchemaVersionError  the database was written by another schema version
@@ -51,6 +52,7 @@ __all__ = [
     "SchemaVersionError",
     "StateError",
     "StoreError",
+    "StoreUnavailable",
     "UnknownTaskError",
     "UsageError",
 ]
@@ -236,6 +238,26 @@ class LeaseLost(LeaseError):  # noqa: N818 - the documented public name
 
 class StoreError(PevError):
     """The ledger store failed, or refused a write that would have corrupted it."""
+
+
+class StoreUnavailable(StoreError):  # noqa: N818 - the documented public name
+    """The store could not be reached, or did not answer in time: a transient fault, not damage.
+
+    A lost connection, a server restarting, a lock or statement timeout, an SQLite file busy
+    past its timeout. Nothing is known to be wrong with what is stored: the same call may be
+    tried again. For a write, whether it landed is unknown; :meth:`pev.ledger.Ledger.append`
+    finds out on its next attempt (a write that landed is recognised by its hashes, never
+    written twice), so callers retry through it.
+
+    Attributes:
+        location: Where the store is (without any password).
+        operation: What failed (``"read"``, ``"write"``, ``"connect"``, ``"lease"``).
+    """
+
+    def __init__(self, message: str, *, location: str = "", operation: str = "") -> None:
+        super().__init__(message)
+        self.location = location
+        self.operation = operation
 
 
 class ConflictError(StoreError):

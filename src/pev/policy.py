@@ -29,6 +29,7 @@ _WHOLE_NUMBERS: dict[str, tuple[int, int]] = {
     "max_nodes": (1, 100_000),
     "max_value_depth": (1, MAX_NESTING),
     "max_value_bytes": (1, 1 << 30),
+    "start_attempts": (1, 1_000),
 }
 # The fields in seconds, and whether they may be None (no limit).
 _SECONDS: dict[str, bool] = {
@@ -86,6 +87,10 @@ class RecoveryPolicy:
         compensate_on_failure: A task ending ``failed``, ``partial`` or ``cancelled`` first
             undoes its effects, newest first, through their tools' ``compensate`` (a saga; see
             docs/engine.md, "Compensation").
+        start_attempts: How many drives of the task may fail to start (its agent not
+            importable, an MCP server that will not start) before a worker ends it
+            ``failed``/``agent_unavailable``; each failure is a ``start_failed`` event (see
+            docs/workers.md).
 
     Raises:
         PolicyError: A field out of range (a ``UsageError`` and a ``ValueError``), naming it.
@@ -107,6 +112,7 @@ class RecoveryPolicy:
     approval: Approval = field(default=Approval.NEVER, metadata=ADDED)
     approval_timeout_s: float | None = field(default=None, metadata=ADDED)
     compensate_on_failure: bool = field(default=False, metadata=ADDED)
+    start_attempts: int = field(default=3, metadata=ADDED)
 
     def __post_init__(self) -> None:
         if not isinstance(self.compensate_on_failure, bool):

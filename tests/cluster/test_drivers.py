@@ -164,6 +164,12 @@ async def test_drivers_on_ray_drive_submitted_tasks_to_their_end(
         ),
         pytest.param(
             "postgresql://h/x",
+            {"actor_options": {"scheduling_strategy": "SPREAD"}},
+            "'scheduling_strategy' is refused; the supervisor pins each driver to one live node",
+            id="own-placement",
+        ),
+        pytest.param(
+            "postgresql://h/x",
             {"gc_threshold": (0, 10, 10)},
             "gc_threshold must be three whole numbers (G0, G1, G2) with G0 at least 1",
             id="gc-zero-first",
@@ -210,9 +216,10 @@ async def _until_logged(caplog: pytest.LogCaptureFixture, words: str, seconds: f
 async def test_a_driver_whose_node_dies_is_replaced_and_its_action_never_resent(
     cluster: Any, db: str, other_end: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Remove the node of the driver whose action is in flight: the supervisor reports it lost
-    and starts another driver; a live driver takes the task over once its 2 s lease expires,
-    asks the tool's reconcile once the call's deadline has passed, and never sends it again."""
+    """Remove the node of the driver whose action is in flight: the supervisor reports it lost,
+    starts no second driver on the survivor, and starts one on a node that joins; a live driver
+    takes the task over once its 2 s lease expires, asks the tool's reconcile once the call's
+    deadline has passed, and never sends it again."""
     caplog.set_level("INFO", logger="pev.ray")
     nodes = _driver_nodes(cluster)
     store = pev.open_store(db)
@@ -220,7 +227,7 @@ async def test_a_driver_whose_node_dies_is_replaced_and_its_action_never_resent(
         [task_id] = await _submit(store, "slow order")
         stop = asyncio.Event()
         running = asyncio.create_task(
-            drivers_on_ray(db, drivers=2, lease_s=2, poll_s=0.2, actor_options=PLACED, stop=stop)
+            drivers_on_ray(db, lease_s=2, poll_s=0.2, actor_options=PLACED, stop=stop)
         )
         try:
             key, sent_from, _ = await _until_delivered(other_end, _serving(running), seconds=60)

@@ -297,7 +297,7 @@ def test_pev_worker_drives_submitted_tasks_and_stops_on_sigterm(
         _, err = serving.communicate(timeout=30)
     assert serving.returncode == 0, err
     assert "claimed task" in err
-    assert "2 claimed, 2 ended, 0 drained, 0 awaiting approval, 0 failed" in err
+    assert "2 claimed, 2 ended, 0 drained, 0 awaiting approval, 0 failed, 0 not started" in err
     # The command owns its process, so it tunes the collector for many tasks (docs/performance.md).
     assert "garbage collector thresholds 100000, 50, 100" in err
     assert len(sales(shop)) == 2

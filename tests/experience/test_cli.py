@@ -88,8 +88,10 @@ def test_show_lists_the_supporting_episodes(tmp_path: Path, claims_type: type[Cl
 
 
 def test_an_empty_ledger_says_so(tmp_path: Path) -> None:
-    """No lessons: one line saying so."""
-    code, out = _invoke(tmp_path / "pev.db")
+    """No lessons: one line saying so (a missing ledger is a usage error: docs/cli.md)."""
+    db = tmp_path / "pev.db"
+    asyncio.run(SQLiteStore(db).close())  # an empty ledger, made as a writer would
+    code, out = _invoke(db)
     assert code == 0
     assert "no active lessons" in out
 

@@ -27,6 +27,7 @@ STATUS_TABLE = [
             R.REJECTED,
             R.APPROVAL_EXPIRED,
             R.CANCELLED,
+            R.AGENT_UNAVAILABLE,
         },
         id="failed",
     ),
@@ -54,7 +55,7 @@ def test_every_status_has_a_row() -> None:
 
 
 def test_terminal_reasons_are_the_documented_vocabulary() -> None:
-    """TerminalReason names exactly the fifteen endings of docs/design.md §3.4."""
+    """TerminalReason names exactly the sixteen endings of docs/design.md §3.4."""
     assert {reason.value for reason in TerminalReason} == {
         "passed",
         "execution_succeeded",
@@ -71,4 +72,5 @@ def test_terminal_reasons_are_the_documented_vocabulary() -> None:
         "rejected",
         "approval_expired",
         "cancelled",
+        "agent_unavailable",
     }

@@ -115,6 +115,7 @@ TABLE = {
         TaskPhase.CANCELLING,
     ),
     "driver_started": Row(EVENTS["driver_started"], ACTIVE),
+    "start_failed": Row(EVENTS["start_failed"], ACTIVE),
     "approval_requested": Row(
         EVENTS["approval_requested"], frozenset({TaskPhase.EXECUTING}), TaskPhase.AWAITING_APPROVAL
     ),

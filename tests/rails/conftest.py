@@ -39,6 +39,7 @@ from pev.ledger import (
     Rejected,
     RevisionKind,
     RoundExecuted,
+    StartFailed,
     TaskFinished,
     TaskState,
     UnwindStarted,
@@ -231,7 +232,8 @@ class Tasks:
     async def everything(self, task_id: str) -> TaskState:
         """A task whose ledger holds every kind of event there is."""
         await self.create(task_id)
-        await self.append(task_id, [DriverStarted(owner="host:1:a", epoch=1, host="host")])
+        await self.append(task_id, [StartFailed(owner="host:1:a", epoch=1, cause="ImportError: x")])
+        await self.append(task_id, [DriverStarted(owner="host:1:a", epoch=2, host="host")])
         state = await self.ledger.state(task_id)
         rejected = reject_plan(state, problems=("no nodes",), plan=None, now=self.clock())
         state = await self.append(task_id, rejected)

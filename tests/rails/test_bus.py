@@ -59,6 +59,7 @@ KIND_PHASES = [
     ("dispatched", ["dispatched"]),
     ("cancel_requested", []),
     ("driver_started", []),
+    ("start_failed", []),
     ("approval_requested", ["approval_requested"]),
     ("approved", ["approved"]),
     ("rejected", ["rejected"]),
@@ -316,7 +317,10 @@ async def test_base_exception_surfaces_at_the_next_emit(tasks: Tasks, recorder: 
     entries = await tasks.entries("t")
     bus = RailBus([interrupted, recorder])
     await bus.emit(entries, state)
-    await asyncio.sleep(0.01)  # the rails' tasks run
+    for _ in range(1000):  # the rail's thread runs, and raises (within seconds, on a slow box)
+        if bus._error is not None:  # private: waiting for the thread, not testing it
+            break
+        await asyncio.sleep(0.005)
     with pytest.raises(Stop):
         await bus.emit(entries, state)
     await bus.emit(entries, state)

@@ -88,11 +88,15 @@ async def test_emit_waits_for_no_rail(tasks: Tasks, recorder: Recorder) -> None:
     assert (bus.dropped_count, bus.failure_count) == (0, 0)
 
 
-async def test_sync_rail_runs_in_its_own_task(tasks: Tasks) -> None:
-    """A sync rail is called from its rail's task, not from the task that emits."""
+async def test_async_rail_runs_in_its_own_task(tasks: Tasks) -> None:
+    """An async rail is called from its rail's task, not from the task that emits."""
     callers: list[asyncio.Task[object] | None] = []
+
+    async def rail(event: RailEvent) -> None:
+        callers.append(asyncio.current_task())
+
     state = await tasks.create("t")
-    bus = RailBus([lambda event: callers.append(asyncio.current_task())])
+    bus = RailBus([rail])
     await bus.emit(await tasks.entries("t"), state)
     await bus.drain()
     (caller,) = callers
@@ -132,7 +136,11 @@ async def test_overflow_drops_the_oldest_and_counts_them(
     await tasks.simple("t", RESULTS)
     entries, state = await tasks.entries("t"), await tasks.ledger.state("t")
     slow = Gated()
-    bus = RailBus([slow, recorder], queue_size=3)
+
+    async def quick(event: RailEvent) -> None:  # on the loop, as the gated: it keeps up
+        recorder.on_event(event)
+
+    bus = RailBus([slow, quick], queue_size=3)
     for entry in entries:  # one append at a time, as the engine writes them
         await bus.emit([entry], state)
         await asyncio.sleep(0)  # the rails' tasks run: the recorder keeps up, the gated not

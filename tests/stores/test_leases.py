@@ -164,3 +164,22 @@ async def test_a_fence_without_any_lease_is_refused(store: Store, tasks: TaskFac
     with pytest.raises(LeaseLost):
         await store.append(entries, summary, fence=forged)
     assert len(await store.read("t1")) == 1
+
+
+async def test_a_lease_of_an_older_epoch_fences_nothing_even_for_its_owner(
+    store: Store, tasks: TaskFactory
+) -> None:
+    """The fence compares the epoch too: an owner's own expired lease, taken again, is stale."""
+    await tasks.planning("t1")
+    first = await store.acquire_lease("t1", "a", now=T0, lease_s=LEASE_S)
+    again = await store.acquire_lease("t1", "a", now=LATER, lease_s=LEASE_S)
+    assert (first.owner, first.epoch, again.owner, again.epoch) == ("a", 1, "a", 2)
+    entries, summary = await _next_batch(tasks.ledger, "t1")
+    with pytest.raises(LeaseLost) as lost:
+        await store.append(entries, summary, fence=first)
+    assert (lost.value.owner, lost.value.epoch) == ("a", 1)
+    with pytest.raises(LeaseLost):
+        await store.renew_lease(first, now=LATER, lease_s=LEASE_S)
+    await store.release_lease(first, now=LATER)
+    assert await store.lease("t1") == again
+    assert len(await store.read("t1")) == 1

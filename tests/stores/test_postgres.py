@@ -27,6 +27,7 @@ from pev.errors import (
     LedgerCorruptError,
     SchemaVersionError,
     StoreError,
+    StoreUnavailable,
     UsageError,
 )
 from pev.experience import (
@@ -169,10 +170,13 @@ async def test_a_failing_statement_is_a_store_error(store: PostgresStore) -> Non
     """A statement the server refuses (a table dropped behind pev's back) is a StoreError."""
     await store.save_lesson(lesson("pick"))
     postgres.execute("DROP TABLE {s}.pev_lessons", schema=store.schema)
-    with pytest.raises(StoreError, match=r"a write to .* failed"):
+    with pytest.raises(StoreError, match=r"a write to .* failed") as write:
         await store.save_lesson(lesson("pick"))
-    with pytest.raises(StoreError, match=r"a read of .* failed"):
+    with pytest.raises(StoreError, match=r"a read of .* failed") as read:
         await store.lessons()
+    # Not a fault of the connection: trying again would not help.
+    assert not isinstance(write.value, StoreUnavailable)
+    assert not isinstance(read.value, StoreUnavailable)
 
 
 # --- versions and migrations -----------------------------------------------------------------
@@ -708,11 +712,11 @@ async def test_a_claim_searches_only_the_claimable_tasks(
     unclaimable = sorted(str(phase) for phase in {*TERMINAL_PHASES, TaskPhase.AWAITING_APPROVAL})
     assert f"phase NOT IN ({', '.join(repr(p) for p in unclaimable)})" == ddl.RUNNABLE_TASKS
     await tasks.planning("t1")
-    from pev.stores._postgres import _LOCK_CLAIMABLE
+    from pev.stores._postgres import _CLAIMABLE
 
     plan = postgres.execute(
         "SET LOCAL enable_seqscan = off",
-        "EXPLAIN " + postgres.in_schema(_LOCK_CLAIMABLE, store.schema),
+        "EXPLAIN " + postgres.in_schema(_CLAIMABLE, store.schema),
         params=(utc_now(), [], 5),
     )
     assert "pev_tasks_claimable" in "\n".join(str(row[0]) for row in plan)

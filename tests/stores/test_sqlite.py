@@ -12,9 +12,15 @@ from typing import TYPE_CHECKING
 import pytest
 from tests.support.builders import T0
 
-from pev.errors import LedgerCorruptError, SchemaVersionError, StoreError
+from pev.errors import (
+    LedgerCorruptError,
+    SchemaVersionError,
+    StoreError,
+    StoreUnavailable,
+    UsageError,
+)
 from pev.ledger import SCHEMA_VERSION, TERMINAL_PHASES, Ledger, TaskPhase
-from pev.stores import SQLiteStore
+from pev.stores import MemoryStore, SQLiteStore
 
 if TYPE_CHECKING:  # fixtures' types, for readers and editors; conftest is not importable
     from conftest import Backend, TaskFactory
@@ -78,6 +84,31 @@ async def test_missing_folder_is_created(tmp_path: Path) -> None:
     finally:
         await store.close()
     assert (tmp_path / "a" / "b" / "ledger.db").is_file()
+
+
+def test_without_create_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+    """create=False names the missing ledger in one line, and makes neither file nor folder."""
+    path = tmp_path / "nowhere" / "ledger.db"
+    with pytest.raises(UsageError) as raised:
+        SQLiteStore(path, create=False)
+    message = str(raised.value)
+    assert message.startswith(f"no pev ledger at {path}; ")
+    assert "\n" not in message
+    assert not (tmp_path / "nowhere").exists()
+
+
+async def test_without_create_an_existing_ledger_opens(
+    store: SQLiteStore, tasks: TaskFactory
+) -> None:
+    """create=False opens a ledger that is there, for reading and writing alike."""
+    await tasks.executing("t1")
+    again = SQLiteStore(store.location, create=False)
+    try:
+        assert [row.task_id for row in await again.list_tasks()] == ["t1"]
+        await Ledger(again).create("y", task_id="t2")
+        assert await again.summary("t2") is not None
+    finally:
+        await again.close()
 
 
 async def test_private_in_memory_database(tasks: TaskFactory) -> None:
@@ -358,8 +389,17 @@ async def test_a_write_waits_for_another_writer_without_blocking_the_loop(
             await asyncio.sleep(0.01)
             ticks += 1
         assert not creating.done()
-        with pytest.raises(StoreError, match="stayed locked by another writer"):
-            await Ledger(impatient).create("y", task_id="t2")
+        # Straight to the store: the ledger would retry an append the store did not answer.
+        elsewhere = MemoryStore()
+        await Ledger(elsewhere).create("y", task_id="t2")
+        entries, summary = await elsewhere.read("t2"), await elsewhere.summary("t2")
+        assert summary is not None
+        with pytest.raises(StoreUnavailable, match="stayed locked by another writer") as raised:
+            await impatient.append(entries, summary)
+        assert (raised.value.operation, raised.value.location) == ("write", str(path))
+        with pytest.raises(StoreUnavailable) as raised:
+            await impatient.acquire_lease("t1", "w", now=T0, lease_s=30)
+        assert raised.value.operation == "lease"
         writer.execute("COMMIT")
         await asyncio.wait_for(creating, 5)
         assert [s.task_id for s in await store.list_tasks()] == ["t1"]
@@ -367,3 +407,52 @@ async def test_a_write_waits_for_another_writer_without_blocking_the_loop(
         writer.close()
         await impatient.close()
         await store.close()
+
+
+async def test_opening_a_file_locked_past_the_busy_timeout_is_unavailable(tmp_path: Path) -> None:
+    """A file another process keeps locked while it is opened: StoreUnavailable, to retry."""
+    path = tmp_path / "ledger.db"
+    await SQLiteStore(path).close()
+    with connect(path) as holder:
+        holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreUnavailable, match="locked past the busy timeout") as raised:
+            SQLiteStore(path, busy_timeout_s=0.1)
+        holder.execute("ROLLBACK")
+    assert (raised.value.operation, raised.value.location) == ("connect", str(path))
+    assert "\n" not in str(raised.value)
+
+
+async def test_a_read_that_stays_locked_is_unavailable(store: SQLiteStore) -> None:
+    """A read that keeps meeting a lock past the busy timeout is StoreUnavailable ("read")."""
+    impatient = SQLiteStore(store.location, busy_timeout_s=0.05)
+
+    def locked(conn: sqlite3.Connection) -> None:
+        # A WAL reader meets a lock only in rare moments (another connection's recovery):
+        # raised here as SQLite raises it.
+        raise sqlite3.OperationalError("database is locked")
+
+    try:
+        with pytest.raises(StoreUnavailable) as raised:
+            await impatient._db.run(locked)  # private: the one way to make a read meet a lock
+        assert raised.value.operation == "read"
+    finally:
+        await impatient.close()
+
+
+@pytest.mark.parametrize(
+    ("message", "busy"),
+    [
+        ("database is locked", True),
+        ("database table is locked", True),
+        ("disk I/O error", False),
+        ("database or disk is full", False),
+        ("no such table: pev_events", False),
+    ],
+)
+def test_only_a_lock_is_transient(message: str, busy: bool) -> None:
+    """A lock is worth a retry (StoreUnavailable); a disk I/O error is not, and stays a
+    StoreError, even though a retry might clear it."""
+    from pev.stores._sqlite_db import is_busy
+
+    assert is_busy(sqlite3.OperationalError(message)) is busy

@@ -50,6 +50,7 @@ from pev.ledger import (
     ReplanStarted,
     RevisionKind,
     RoundExecuted,
+    StartFailed,
     TaskFinished,
     TaskPhase,
     UnwindStarted,
@@ -185,6 +186,9 @@ EVENTS: dict[str, Event] = {
     "awaiting_replan": AwaitingReplan(action=None, deadline=T0 + timedelta(seconds=60)),
     "cancel_requested": CancelRequested(reason="stop"),
     "driver_started": DriverStarted(owner="host:1:a", epoch=1, host="host", process=1),
+    "start_failed": StartFailed(
+        owner="host:1:a", epoch=1, host="host", process=1, cause="ModuleNotFoundError: x"
+    ),
     "approval_requested": ApprovalRequested(revision=1, actions=("b",)),
     "approved": Approved(revision=1, by="ada", note="looks right"),
     "rejected": Rejected(revision=1, by="ada", reason="use the other tray"),

@@ -43,16 +43,20 @@ def deliveries(path: Path) -> list[tuple[str, str, str]]:
     return [(key, node, what) for key, node, what in (line.split(" ", 2) for line in lines)]
 
 
-def _deliver(what: str) -> str:
-    """Deliver once: one os.write of a whole line on an O_APPEND file, made durable."""
-    key = current_node_context().idempotency_key
-    node = ray.get_runtime_context().get_node_id()
-    fd = os.open(os.environ[OTHER_END], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def append_line(path: str, line: str) -> None:
+    """Append ``line`` to ``path``: one os.write of the whole line, O_APPEND, made durable."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{key} {node} {what}\n".encode())
+        os.write(fd, f"{line}\n".encode())
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _deliver(what: str) -> str:
+    """Deliver once: the call's key, the node it ran on and what it delivered, on one line."""
+    key = current_node_context().idempotency_key
+    append_line(os.environ[OTHER_END], f"{key} {ray.get_runtime_context().get_node_id()} {what}")
     return what
 
 

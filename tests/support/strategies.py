@@ -46,6 +46,7 @@ from pev.ledger import (
     RevisionKind,
     RevisionStarted,
     RoundExecuted,
+    StartFailed,
     TaskCreated,
     TaskFinished,
     UnwindStarted,
@@ -350,6 +351,14 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         epoch=st.integers(1, 10**6),
         host=texts,
         process=st.integers(0, 2**22),
+    ),
+    StartFailed: st.builds(
+        StartFailed,
+        owner=texts,
+        epoch=st.integers(1, 10**6),
+        host=texts,
+        process=st.integers(0, 2**22),
+        cause=texts,
     ),
     TaskFinished: st.builds(
         TaskFinished,

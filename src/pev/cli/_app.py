@@ -16,7 +16,11 @@ and a reader that goes away (``pev run task.toml | head -1``) never stops a runn
 (:mod:`pev.cli._output`).
 
 Exit codes (docs/design.md §9.2): 0 succeeded or ok, 1 failed (or a ledger that fails
-verification), 2 usage error, 3 partial, 4 cancelled, 130 interrupted with Ctrl-C.
+verification), 2 usage error, 3 partial, 4 cancelled, 75 the store did not answer (try again),
+130 interrupted with Ctrl-C.
+
+The commands that only read (tasks, show, events, lessons, ledger verify/anchor/export, serve)
+open the store with ``create=False``: a missing ledger is a usage error, never created.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from pev.cli._render import (
 )
 from pev.cli._serve import serve_command
 from pev.engine._trust import check_chain
-from pev.errors import PevError
+from pev.errors import PevError, StoreUnavailable
 from pev.experience import Episode, Lesson, LessonBook
 from pev.ledger import (
     SCHEMA_VERSION,
@@ -193,7 +197,7 @@ def tasks(db: str, statuses: Sequence[str], limit: int, as_json: bool) -> None:
                     drivers[summary.task_id] = lease.owner
         return summaries, drivers, where_of(ledger.store)
 
-    summaries, drivers, where = on_ledger(db, listed)
+    summaries, drivers, where = on_ledger(db, listed, create=False)
     if as_json:
         rows = [task_row(summary, drivers.get(summary.task_id)) for summary in summaries]
         echo_json({"ledger": where, "tasks": rows})
@@ -223,7 +227,7 @@ def show(db: str, task_id: str, as_json: bool) -> None:
         await check_chain(ledger, full_id)
         return await ledger.state(full_id), await ledger.store.lease(full_id)
 
-    state, lease = on_ledger(db, load)
+    state, lease = on_ledger(db, load, create=False)
     now = utc_now()
     if as_json:
         echo_json(task_document(state, lease, now))
@@ -259,7 +263,7 @@ def lessons_command(db: str, lesson_id: str | None, show_all: bool, as_json: boo
         async def listed(ledger: Ledger) -> tuple[tuple[Lesson, ...], str]:
             return await LessonBook(ledger.store).all(), where_of(ledger.store)
 
-        every, where = on_ledger(db, listed)
+        every, where = on_ledger(db, listed, create=False)
         lessons = [lesson for lesson in every if show_all or lesson.active]
         if as_json:
             echo_json({"lessons": [lesson_document(lesson) for lesson in lessons]})
@@ -282,7 +286,7 @@ def lessons_command(db: str, lesson_id: str | None, show_all: bool, as_json: boo
             )
         return matches[0], await book.episodes(matches[0].id)
 
-    lesson, episodes = on_ledger(db, shown)
+    lesson, episodes = on_ledger(db, shown, create=False)
     if as_json:
         echo_json(
             {
@@ -323,7 +327,9 @@ def db_upgrade(db: str) -> None:
 
         assert isinstance(store, PostgresStore)  # noqa: S101 - open_store gives one or the other
         try:
-            await store.version()  # connects: a server that does not answer is a bad --db
+            await store.version()  # connects: a URL that names no pev schema is a bad --db
+        except StoreUnavailable:
+            raise  # not the URL's fault, as far as anyone can tell: exit 75, try again
         except PevError as exc:
             raise BadArgument(f"--db: {exc}") from exc
         before, after = await store.upgrade()
@@ -354,7 +360,24 @@ ledger.add_command(export_command)
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the `pev` command.
 
-    Standard output is guarded first: a reader that goes away stops nothing (docs/cli.md).
+    Standard output is guarded first: a reader that goes away stops nothing (docs/cli.md). An
+    output that cannot be written (a full disk) stops nothing either, but is said at the end in
+    one line, and the command then never exits 0: what it printed is incomplete.
     """
-    PipeSafeStdout.install()
-    cli.main(args=list(argv) if argv is not None else sys.argv[1:], prog_name="pev")
+    out = PipeSafeStdout.install()
+    code: int | str | None = 0
+    try:
+        cli.main(args=list(argv) if argv is not None else sys.argv[1:], prog_name="pev")
+    except SystemExit as done:
+        code = done.code
+    if out is not None:
+        out.flush()  # what is still buffered, before the interpreter's own flush at exit
+        if out.failed is not None:
+            reason = out.failed.strerror or type(out.failed).__name__
+            click.echo(
+                f"pev: standard output could not be written ({reason}); what this command "
+                "printed is incomplete",
+                err=True,
+            )
+            code = code or 1
+    sys.exit(code)

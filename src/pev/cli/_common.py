@@ -8,7 +8,9 @@ line, and a command that ends with a task's status exits with :data:`EXIT_CODES`
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
+import stat
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from pathlib import Path
@@ -24,7 +26,13 @@ from pev.cli._progress import result_line
 from pev.cli._render import timeline
 from pev.cli._taskfile import TaskFile
 from pev.engine import RunResult
-from pev.errors import LedgerCorruptError, PevError, SchemaVersionError, UnknownTaskError
+from pev.errors import (
+    LedgerCorruptError,
+    PevError,
+    SchemaVersionError,
+    StoreUnavailable,
+    UnknownTaskError,
+)
 from pev.kernel import TaskStatus
 from pev.ledger import Ledger, Store, TaskState
 from pev.stores import open_store
@@ -35,11 +43,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_CODES",
+    "EXIT_UNAVAILABLE",
     "MAX_TASK_ID",
     "BadArgument",
     "FilePath",
     "OneLineGroup",
     "Seconds",
+    "Unavailable",
     "all_task_ids",
     "default_db",
     "ended",
@@ -73,11 +83,40 @@ EXIT_CODES = {
 }
 """The exit code of a command that ends with a task's status."""
 
+EXIT_UNAVAILABLE = 75
+"""The exit code of a command the store did not answer: a transient fault, try again.
+
+75 is ``EX_TEMPFAIL`` of BSD's ``sysexits.h``, which schedulers and mail systems already read as
+"try again later"; it is far from the codes of a task's status and from 130 (Ctrl-C).
+"""
+
 
 class BadArgument(click.ClickException):
     """A bad argument (an unknown task, a database of another version): one line, exit 2."""
 
     exit_code = 2
+
+
+class Unavailable(click.ClickException):
+    """The store did not answer (:class:`~pev.errors.StoreUnavailable`): one line, exit 75.
+
+    Not damage, and not the argument's fault: the same command may simply be run again.
+    """
+
+    exit_code = EXIT_UNAVAILABLE
+
+    def __init__(self, exc: StoreUnavailable, *, named_by: str = "--db") -> None:
+        said = " ".join(str(exc).split())
+        if exc.location and exc.location not in said:
+            said = f"{exc.location}: {said}"
+        if said.startswith("postgres") or "PostgreSQL" in said:
+            hint = f"check that the server is up and reachable, and that {named_by} names it"
+        else:
+            hint = "look for a process holding the SQLite file locked"
+        super().__init__(
+            f"{named_by}: the store did not answer ({said}); a transient fault, not damage to "
+            f"the ledger: run the command again (if it keeps failing, {hint})"
+        )
 
 
 class OneLineGroup(click.Group):
@@ -203,10 +242,12 @@ def default_db() -> Path:
     return platformdirs.user_data_path("pev", appauthor=False) / "ledger.db"
 
 
-def open_named(db: str, *, named_by: str = "--db") -> Store:
+def open_named(db: str, *, named_by: str = "--db", create: bool = True) -> Store:
     """The store ``db`` names; one that cannot be opened is one line (exit 2).
 
-    A missing extra is one line too (exit 1: the name is good, the installation lacks it).
+    A missing extra is one line too (exit 1: the name is good, the installation lacks it), and
+    so is a store that does not answer (exit 75: try again). With ``create=False`` a ledger that
+    does not exist yet is refused and nothing is created (see :func:`opened`).
     """
     if not _storable(db.replace("\0", "")):  # a NUL is the store's to name
         raise BadArgument(
@@ -214,7 +255,9 @@ def open_named(db: str, *, named_by: str = "--db") -> Store:
             "URL) in UTF-8"
         )
     try:
-        return open_store(db)
+        return open_store(db, create=create)
+    except StoreUnavailable as exc:
+        raise Unavailable(exc, named_by=named_by) from exc
     except PevError as exc:
         # A bad URL, a path that cannot hold a file, a file that is not a pev ledger (or is
         # damaged), a ledger of another schema version: the --db given is at fault.
@@ -224,66 +267,93 @@ def open_named(db: str, *, named_by: str = "--db") -> Store:
 
 
 def existing_ledger(db: str, *, named_by: str = "--db") -> None:
-    """Refuse an SQLite path that holds no ledger yet (missing or empty): nothing to read.
+    """Refuse an SQLite path that holds no ledger (missing, empty, not a file): nothing to read.
 
-    Commands that only read a ledger (``ledger verify``, ``ledger anchor``) would otherwise
-    report an empty ledger as "0 tasks", and create the file.
+    Commands that only read a ledger (``tasks``, ``show``, ``ledger verify``...) would otherwise
+    report a missing ledger as "no tasks", and create the file and its folder. The store opened
+    with ``create=False`` refuses it too; this says first, in one line, what is there instead
+    and the way out. A path that holds bytes no file name can is left to :func:`open_named`.
     """
-    if is_url(db):
+    if is_url(db) or not _storable(db.replace("\0", "")):
         return
+    if "\0" in db:
+        raise BadArgument(
+            f"{named_by}: {db!r} holds a NUL character, which no file name can; name the "
+            "ledger's file by its path"
+        )
     path = Path(db).expanduser()
+    way_out = "name an existing ledger with --db or PEV_DB"
     try:
-        exists = path.exists()
-        size = path.stat().st_size if path.is_file() else None
-    except (OSError, ValueError):
-        return  # cannot be looked at (a name too long, a NUL): opening it says why
-    if not exists:
+        found = path.stat()
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):
+            return  # no permission to look, say: opening it says why
         raise BadArgument(
-            f"{named_by}: there is no ledger at {path} (no such file); name an existing ledger "
-            "with --db or PEV_DB"
-        )
-    if size == 0:
+            f"{named_by}: there is no ledger at {path} ({_missing(path, exc)}); {way_out} "
+            "(`pev run` and `pev submit` create one)"
+        ) from None
+    if stat.S_ISDIR(found.st_mode):
         raise BadArgument(
-            f"{named_by}: {path} is an empty file, not a pev ledger; name an existing ledger "
-            "with --db or PEV_DB"
+            f"{named_by}: {path} is a folder, not a ledger file; name the file, such as "
+            f"{path / 'ledger.db'}"
         )
+    if not stat.S_ISREG(found.st_mode):
+        raise BadArgument(
+            f"{named_by}: {path} is not a regular file (a device, a pipe or a socket); {way_out}"
+        )
+    if found.st_size == 0:
+        raise BadArgument(f"{named_by}: {path} is an empty file, not a pev ledger; {way_out}")
+
+
+def _missing(path: Path, exc: OSError) -> str:
+    """Why there is nothing at ``path``: its folder is missing or is a file, or it is too long."""
+    if exc.errno == errno.ENAMETOOLONG:
+        return exc.strerror or "File name too long"
+    for folder in path.parents:
+        with suppress(OSError):
+            if folder.is_file():
+                return f"{folder} is a file, not a folder"
+            if folder.is_dir():
+                return "no such file" if folder == path.parent else f"no such folder {path.parent}"
+    return "no such file"
 
 
 async def opened(
-    db: str, *, named_by: str = "--db", check: bool = True, existing: bool = False
+    db: str, *, named_by: str = "--db", check: bool = True, create: bool = True
 ) -> Store:
     """The store ``db`` names, opened; with ``check``, a first read proves it can be used.
 
     A PostgreSQL store connects, and prepares or checks its schema, on first use: that first
-    read here makes an unreachable server, or a schema that is not pev's, a one-line usage
-    error (exit 2) rather than the failure of whatever the command went on to do. With
-    ``existing``, a store that holds no ledger yet (a missing or empty SQLite file, a schema
-    without pev's tables) is refused rather than created.
+    read here makes a schema that is not pev's a one-line usage error (exit 2), and a server
+    that does not answer a one-line transient failure (exit 75), rather than the failure of
+    whatever the command went on to do. With ``create=False`` (commands that only read), a
+    store that holds no ledger yet (a missing or empty SQLite file, or its folder, a schema
+    without pev's tables) is refused, and nothing is created.
     """
-    if existing:
+    if not create:
         existing_ledger(db, named_by=named_by)
-    store = open_named(db, named_by=named_by)
+    store = open_named(db, named_by=named_by, create=create)
     if not check:
         return store
     try:
-        await _first_read(store, named_by=named_by, existing=existing)
+        await _first_read(store)
     except (PevError, BadArgument) as exc:
         with suppress(PevError):
             await store.close()
         if isinstance(exc, BadArgument):
             raise
+        if isinstance(exc, StoreUnavailable):
+            raise Unavailable(exc, named_by=named_by) from exc
         raise BadArgument(f"{named_by}: {exc}") from exc
     return store
 
 
-async def _first_read(store: Store, *, named_by: str, existing: bool) -> None:
-    """Read from ``store`` once (see :func:`opened`)."""
-    version = getattr(store, "version", None)  # a PostgreSQL store's: 0 before its tables
-    if existing and version is not None and await version() == 0:
-        raise BadArgument(
-            f"{named_by}: {where_of(store)} holds no pev ledger (no pev tables); name an "
-            "existing ledger with --db or PEV_DB"
-        )
+async def _first_read(store: Store) -> None:
+    """Read from ``store`` once (see :func:`opened`).
+
+    A PostgreSQL store opened with ``create=False`` refuses a schema without pev's tables here,
+    naming `pev db upgrade`.
+    """
     await store.list_tasks(limit=1)
 
 
@@ -298,12 +368,13 @@ def on_ledger(
     *,
     named_by: str = "--db",
     check: bool = True,
-    existing: bool = False,
+    create: bool = True,
 ) -> T:
     """Open the ledger ``db`` names, run ``work`` on it, close it; pev errors become one line.
 
     A store that cannot be opened or used is a usage error (exit 2), as are an unknown task
-    and a schema of another version; any other pev error while ``work`` runs exits 1.
+    and a schema of another version; a store that does not answer, now or while ``work`` runs,
+    is a transient failure (exit 75: run it again); any other pev error exits 1.
 
     Args:
         db: The store's path or URL.
@@ -311,12 +382,12 @@ def on_ledger(
         named_by: Where ``db`` came from, for the message of a name that cannot be opened.
         check: Read from the store once before ``work`` (see :func:`opened`); ``False`` for
             work that must see the store as it is (``pev db upgrade``).
-        existing: Refuse a store that holds no ledger yet, rather than create one (commands
-            that only read a ledger).
+        create: Create the ledger if there is none yet; ``False`` for the commands that only
+            read one, which refuse a missing ledger (exit 2) and create nothing.
     """
 
     async def session() -> T:
-        store = await opened(db, named_by=named_by, check=check, existing=existing)
+        store = await opened(db, named_by=named_by, check=check, create=create)
         try:
             return await work(Ledger(store))
         finally:
@@ -328,6 +399,8 @@ def on_ledger(
         # An id that names no task, a ledger of another version, a task whose chain is broken
         # (show and resume refuse it): the argument is at fault, not the run.
         raise BadArgument(str(exc)) from exc
+    except StoreUnavailable as exc:
+        raise Unavailable(exc, named_by=named_by) from exc
     except PevError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -95,7 +95,7 @@ def events_command(db: str, task_id: str, following: bool, after: int, as_json: 
             async for batch in batches:
                 echo(batch)
 
-    on_ledger(db, printed)
+    on_ledger(db, printed, create=False)
 
 
 def _decided(

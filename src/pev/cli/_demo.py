@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.rule import Rule
 from rich.text import Text
 
 from pev.cli._progress import ConsoleRail
@@ -25,6 +26,15 @@ DEMO_FAULTS = ("none", "slip", "knock", "timeout", "dead-joint", "camera")
 the command line can offer them without importing the simulator (a test keeps them in step)."""
 
 _IMAGE_KINDS = ("image", "segmentation")
+# A rule spans the terminal; written to a pipe or a file (laid out unwrapped, 100 000 columns
+# wide) it is this wide instead.
+_RULE_WIDTH = 100
+
+
+def _rule(console: Console, title: str = "") -> None:
+    """A horizontal rule, titled on the left, as wide as the terminal (or ``_RULE_WIDTH``)."""
+    width = console.width if console.is_terminal else min(console.width, _RULE_WIDTH)
+    console.print(Rule(title, align="left"), width=width)
 
 
 async def run_demos(
@@ -55,7 +65,7 @@ async def run_demos(
     for name in faults:
         fault = Fault(name)
         expected = FAULT_PATHS[fault]
-        console.rule(f"[bold]{fault}[/]", align="left")
+        _rule(console, f"[bold]{fault}[/]")
         console.print(Text(expected.story, style="italic"))
         # The demo learns: recovered slips seeded differently promote a lesson (`pev lessons`).
         result = await run_demo(
@@ -80,7 +90,7 @@ async def run_demos(
         all_expected &= report.ok and followed
     if state is not None:
         saved = save_images(state, images / str(faults[-1]))
-        console.rule()
+        _rule(console)
         console.print(f"camera images of the last task ({faults[-1]}): {saved}")
     return all_expected
 

@@ -85,6 +85,16 @@ def task_document(state: TaskState, lease: Lease | None, now: datetime) -> dict[
         "outputs": {} if finished is None else codec.encode(finished.outputs),
         "cancel_reason": state.cancel_reason,
         "effects": [_effect(effect) for effect in state.effects.values()],
+        "start_failures": [
+            {
+                "owner": failed.owner,
+                "epoch": failed.epoch,
+                "host": failed.host,
+                "process": failed.process,
+                "cause": failed.cause,
+            }
+            for failed in state.start_failures
+        ],
         "unwind": None
         if state.unwinding is None
         else {

@@ -269,10 +269,14 @@ def worker_command(
     A task is runnable when it has not ended and no live driver holds its lease: new tasks
     (`pev submit`), and tasks whose driver died (its lease expired). Each is driven as
     `pev resume` would: an action whose outcome is unknown is never sent again. Components are
-    rebuilt from the import paths the task recorded, with the current folder on the Python path
-    (only under PEV_TRUSTED_MODULES, when set). A task whose chain fails verification, or whose
-    components cannot or may not be rebuilt, is logged in one line and left, its lease held
-    until it expires.
+    rebuilt from the import paths the task recorded, with the current folder and the task
+    file's folder on the Python path (only under PEV_TRUSTED_MODULES, when set, and without the
+    task file's folder). A task whose drive cannot start (components that cannot or may not be
+    rebuilt, an MCP server that will not start) gets a start_failed event naming the cause, its
+    lease let go at once; after the policy's start_attempts (3 by default) it ends
+    failed/agent_unavailable. A task whose chain fails verification is logged in one line and
+    left, its lease held until it expires. A task whose driver was a process of this host that
+    is gone is taken at once, without waiting for its lease to expire.
     On SIGTERM (or Ctrl-C) the worker claims nothing more, lets running nodes reach their
     terminal records within their timeouts, leaves each task in its phase and releases its
     leases; another worker continues them. It logs what it claims and releases to stderr.
@@ -281,6 +285,61 @@ def worker_command(
     is lost, and on SIGTERM (or Ctrl-C) stops them all as above. The agents' modules must import
     on every node; Ray puts the current folder on its workers' path.
     """
+    # First of all, before anything slow (joining Ray, opening the store): a SIGTERM from now
+    # on stops the worker cleanly (exit 0), however early it comes.
+    early = _EarlyStop()
+    try:
+        _serve_worker(
+            db,
+            early,
+            concurrency=concurrency,
+            lease_s=lease_s,
+            poll_s=poll_s,
+            gc_threshold=gc_threshold,
+            ray_address=ray_address,
+            drivers=drivers,
+        )
+    finally:
+        early.restore()
+
+
+class _EarlyStop:
+    """SIGTERM and SIGINT noted from the moment it is made, until the worker's loop takes over.
+
+    A signal that comes before the worker's loop runs is remembered, and the worker stops as
+    soon as it starts (claiming nothing); :meth:`restore` puts the earlier handlers back.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous = {signum: signal.getsignal(signum) for signum in self.SIGNALS}
+        for signum in self.SIGNALS:
+            signal.signal(signum, self._note)
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.received = signum
+
+    def restore(self) -> None:
+        """Put back the handlers there were before."""
+        for signum, earlier in self._previous.items():
+            if earlier is not None:  # None: not set from Python
+                signal.signal(signum, earlier)
+
+
+def _serve_worker(
+    db: str,
+    early: _EarlyStop,
+    *,
+    concurrency: int,
+    lease_s: float | None,
+    poll_s: float,
+    gc_threshold: tuple[int, int, int] | None,
+    ray_address: str | None,
+    drivers: int | None,
+) -> None:
+    """`pev worker`, once its early signal handlers are in place."""
     here = str(Path.cwd())
     if here not in sys.path:
         sys.path.insert(0, here)
@@ -310,6 +369,11 @@ def worker_command(
         previous = {signum: signal.getsignal(signum) for signum in signals}
         for signum in signals:
             loop.add_signal_handler(signum, stop.set)
+        if early.received is not None:  # before the loop could hear it: stop at once
+            worker_log.info(
+                "stopping: signal %d came while the worker was starting", early.received
+            )
+            stop.set()
         try:
             if on_ray is None:
                 return await engine.worker(
@@ -383,7 +447,9 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
     refused, naming its first bad event. Its components are rebuilt from the import paths
     recorded when it was created: run this where their modules import (the current folder is on
     the Python path); with PEV_TRUSTED_MODULES set, only modules under those prefixes are
-    imported. A task that has ended is shown as it is.
+    imported. A task that has ended is shown as it is. A task whose driver was a process of
+    this host that is gone (killed, crashed) is taken over at once; one driven from another
+    host, only once its lease expires.
     """
     here = str(Path.cwd())
     if here not in sys.path:
@@ -409,7 +475,8 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
             fail(
                 f"task {full_id} is being driven by {exc.owner} (its lease runs until "
                 f"{exc.expires_at.isoformat(timespec='seconds')}); resuming it now would race "
-                "that driver: wait for it to end, or, if it is gone, for its lease to expire"
+                "that driver: wait for it to end, or, if it is gone (on another host: a process "
+                "gone from this host is taken over at once), for its lease to expire"
             )
         except ComponentError as exc:
             if isinstance(exc.__cause__, UntrustedImportError):

@@ -8,15 +8,14 @@ the golden ledgers in the test suite; docs/ledger-format.md specifies it, and ho
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from json.encoder import encode_basestring
 from pathlib import Path
-from typing import BinaryIO
 
 import click
 
 from pev.cli._common import BadArgument, FilePath, on_ledger
+from pev.cli._output import echo_bytes
 from pev.errors import UnknownTaskError
 from pev.ledger import Ledger, RawEntry
 
@@ -47,9 +46,9 @@ async def _task_entries(ledger: Ledger, task_id: str) -> tuple[RawEntry, ...]:
     return await store.read_raw(task_id)
 
 
-def _write(out: BinaryIO, entries: Sequence[RawEntry]) -> None:
+def _lines(entries: Sequence[RawEntry]) -> bytes:
     # A damaged text keeps its stored bytes (read as surrogate escapes): an honest copy.
-    out.write(b"".join(export_line(e).encode("utf-8", "surrogateescape") + b"\n" for e in entries))
+    return b"".join(export_line(e).encode("utf-8", "surrogateescape") + b"\n" for e in entries)
 
 
 @click.command("export")
@@ -68,13 +67,12 @@ def export_command(db: str, task_id: str, output: Path | None) -> None:
     a damaged ledger is exported as it is. docs/ledger-format.md says how to verify them
     without pev, in any language.
     """
-    entries = on_ledger(db, lambda ledger: _task_entries(ledger, task_id))
+    entries = on_ledger(db, lambda ledger: _task_entries(ledger, task_id), create=False)
     if output is None:
-        _write(sys.stdout.buffer, entries)
-        sys.stdout.buffer.flush()
+        echo_bytes(_lines(entries))
         return
     try:
         with output.open("wb") as out:
-            _write(out, entries)
+            out.write(_lines(entries))
     except OSError as exc:
         raise BadArgument(f"--output: cannot write {output} ({exc.strerror})") from exc

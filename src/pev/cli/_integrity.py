@@ -33,7 +33,7 @@ from pev.cli._documents import anchor_document, chain_document
 from pev.cli._output import echo_json, echo_line, stdout_console
 from pev.cli._render import chain_report
 from pev.engine._trust import verified
-from pev.errors import PevError, UnknownTaskError
+from pev.errors import PevError, StoreUnavailable, UnknownTaskError
 from pev.ledger import ChainReport, Ledger
 
 __all__ = ["Anchor", "anchor_command", "read_anchors", "verify_command"]
@@ -107,7 +107,7 @@ def verify_command(
         reports = {task_id: await _verified(ledger, task_id) for task_id in ids}
         return list(reports.values()), [await _check(ledger, a, reports) for a in checked]
 
-    reports, anchor_checks = on_ledger(db, check, existing=True)
+    reports, anchor_checks = on_ledger(db, check, create=False)
     bad = sum(not report.ok for report in reports)
     bad_anchors = sum(bool(found.problem) for found in anchor_checks)
     if as_json:
@@ -158,7 +158,7 @@ def anchor_command(db: str, task_ids: Sequence[str]) -> None:
         return [await _head(ledger, task_id) for task_id in ids]
 
     refused = 0
-    for found in on_ledger(db, heads, existing=True):
+    for found in on_ledger(db, heads, create=False):
         if isinstance(found, Anchor):
             echo_line(found.line())
         else:
@@ -229,6 +229,8 @@ async def _verified(ledger: Ledger, task_id: str) -> ChainReport:
         return await verified(ledger, task_id)
     except UnknownTaskError:
         problem = "the ledger holds neither events nor an index row of this task"
+    except StoreUnavailable:
+        raise  # the store did not answer: nothing is known of the chain, least of all damage
     except PevError as exc:
         problem = f"the task cannot be checked: {exc}"
     return ChainReport(task_id=task_id, ok=False, events=0, problem=problem)
@@ -238,6 +240,8 @@ async def _head(ledger: Ledger, task_id: str) -> Anchor | ChainReport:
     """The task's last stored event as an anchor, if its chain verifies; else its report."""
     try:
         entries = await ledger.store.read_raw(task_id)
+    except StoreUnavailable:
+        raise
     except PevError as exc:
         return ChainReport(task_id=task_id, ok=False, events=0, problem=str(exc))
     report = await _verified(ledger, task_id)
@@ -254,6 +258,8 @@ async def _check(ledger: Ledger, anchor: Anchor, reports: dict[str, ChainReport]
         entries = await ledger.store.read_raw(anchor.task_id)
     except UnknownTaskError:
         return _AnchorCheck(anchor, "the ledger holds no event of this task any more")
+    except StoreUnavailable:
+        raise
     except PevError as exc:
         return _AnchorCheck(anchor, f"its events cannot be read: {exc}")
     found = next((entry for entry in entries if entry.seq == anchor.seq), None)

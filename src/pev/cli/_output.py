@@ -20,7 +20,14 @@ from typing import IO, Any, cast
 
 from rich.console import Console
 
-__all__ = ["PIPE_WIDTH", "PipeSafeStdout", "echo_json", "echo_line", "stdout_console"]
+__all__ = [
+    "PIPE_WIDTH",
+    "PipeSafeStdout",
+    "echo_bytes",
+    "echo_json",
+    "echo_line",
+    "stdout_console",
+]
 
 PIPE_WIDTH = 100_000
 """The width `pev` lays out tables for when its output is not a terminal: no line is wrapped."""
@@ -45,6 +52,31 @@ def echo_json(document: object) -> None:
     echo_line(json.dumps(document, ensure_ascii=False, separators=(",", ":")))
 
 
+def echo_bytes(data: bytes) -> None:
+    """Write ``data`` to standard output byte for byte, flushed (``pev ledger export``).
+
+    What was written as text before goes first. Under :class:`PipeSafeStdout` a closed pipe
+    drops the bytes, as it drops text.
+    """
+    out = sys.stdout
+    if isinstance(out, PipeSafeStdout):
+        out.write_bytes(data)
+    else:
+        _write_bytes(out, data)
+
+
+def _write_bytes(stream: IO[str], data: bytes) -> None:
+    """Write ``data`` to the binary stream behind ``stream``, after what ``stream`` holds."""
+    stream.flush()
+    binary = getattr(stream, "buffer", None)
+    if binary is None:  # a text-only stream (a test's StringIO): the same bytes, as text
+        stream.write(data.decode("utf-8", "surrogateescape"))
+        stream.flush()
+        return
+    binary.write(data)
+    binary.flush()
+
+
 class PipeSafeStdout:
     """Standard output that survives its reader going away.
 
@@ -61,21 +93,37 @@ class PipeSafeStdout:
         self.stream = stream
         self.closed_pipe = False
         """Whether the reader has gone (what is written since is dropped)."""
+        self.failed: OSError | None = None
+        """The error that stopped a write other than a closed pipe (a full disk), if one did.
+
+        What is written since is dropped too, so that a task being driven runs on; the command
+        says so at its end, and does not exit 0 (:func:`pev.cli.main`)."""
 
     def write(self, text: str) -> int:
         """Write ``text``; a closed pipe drops it."""
         try:
             return self.stream.write(text)
-        except BrokenPipeError:
-            self._reader_gone()
+        except OSError as exc:
+            self._lost(exc)
             return len(text)
 
     def flush(self) -> None:
         """Flush the stream; a closed pipe drops what was buffered."""
         try:
             self.stream.flush()
-        except BrokenPipeError:
-            self._reader_gone()
+        except OSError as exc:
+            self._lost(exc)
+
+    def write_bytes(self, data: bytes) -> None:
+        """Write ``data`` to the binary stream behind the text one; a closed pipe drops it.
+
+        The binary stream is not offered as ``buffer``: click would write to it directly, past
+        the guard. This is the one guarded way to it.
+        """
+        try:
+            _write_bytes(self.stream, data)
+        except OSError as exc:
+            self._lost(exc)
 
     def isatty(self) -> bool:
         """Whether the stream is a terminal."""
@@ -91,8 +139,15 @@ class PipeSafeStdout:
             raise AttributeError(name)
         return getattr(self.stream, name)
 
+    def _lost(self, exc: OSError) -> None:
+        """A write failed: the reader went away (a closed pipe), or the output cannot take more."""
+        if isinstance(exc, BrokenPipeError):
+            self.closed_pipe = True
+        elif self.failed is None:
+            self.failed = exc
+        self._reader_gone()
+
     def _reader_gone(self) -> None:
-        self.closed_pipe = True
         try:
             null = os.open(os.devnull, os.O_WRONLY)
             try:
@@ -104,7 +159,14 @@ class PipeSafeStdout:
             pass
 
     @classmethod
-    def install(cls) -> None:
-        """Put one in the place of ``sys.stdout`` (once; the `pev` command owns its process)."""
-        if not isinstance(sys.stdout, cls) and sys.stdout is not None:
+    def install(cls) -> PipeSafeStdout | None:
+        """Put one in the place of ``sys.stdout`` (once; the `pev` command owns its process).
+
+        Returns:
+            The one in place, or ``None`` when the process has no standard output.
+        """
+        if sys.stdout is None:
+            return None
+        if not isinstance(sys.stdout, cls):
             sys.stdout = cast("IO[str]", cls(sys.stdout))
+        return cast("PipeSafeStdout", sys.stdout)

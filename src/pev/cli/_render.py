@@ -18,6 +18,7 @@ from pev.ledger import (
     Lease,
     PlanRejected,
     Revision,
+    StartFailed,
     TaskEffect,
     TaskPhase,
     TaskState,
@@ -140,11 +141,23 @@ def _header(state: TaskState) -> RenderableType:
         Text(f"contract: {contract.mode}" + (f", goal: {contract.goal}" if contract.goal else ""))
     )
     lines.extend(Text(f"  criterion: {criterion}") for criterion in contract.success_criteria)
-    lines.extend(
-        Text(f"driven by {driver.owner} (lease epoch {driver.epoch})", style="dim")
+    # Who drove it and which drives could not start, in the order of their lease epochs.
+    stretches: list[tuple[int, Text]] = [
+        (driver.epoch, Text(f"driven by {driver.owner} (lease epoch {driver.epoch})", style="dim"))
         for driver in state.drivers
-    )
+    ]
+    stretches.extend((failed.epoch, start_failed_text(failed)) for failed in state.start_failures)
+    lines.extend(line for _, line in sorted(stretches, key=lambda stretch: stretch[0]))
     return Group(*lines, Text(""))
+
+
+def start_failed_text(failed: StartFailed) -> Text:
+    """A drive that could not start: who tried, where, and why (see docs/workers.md)."""
+    where = f"{failed.host}, process {failed.process}" if failed.host else "unknown host"
+    return Text.assemble(
+        ("could not start: ", "red"),
+        f"{failed.owner} ({where}, lease epoch {failed.epoch}): {failed.cause}",
+    )
 
 
 def _rejection(rejected: PlanRejected) -> RenderableType:

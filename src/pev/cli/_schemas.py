@@ -197,6 +197,14 @@ _EFFECT = _object(
     compensation=_COMPENSATION,
 )
 
+_START_FAILED = _object(
+    "a driver that took the lease but could not start the drive (its agent, an MCP server)",
+    owner=_TEXT,
+    epoch=_COUNT,
+    host=_TEXT,
+    process=_COUNT,
+    cause=_TEXT,
+)
 _UNWIND = _nullable(
     _object(
         "the task undid its effects before ending (compensate_on_failure): how it was to end",
@@ -285,6 +293,7 @@ JSON_SCHEMAS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
                 outputs={"type": "object"},
                 cancel_reason=_MAYBE_TEXT,
                 effects=_array(_EFFECT),
+                start_failures=_array(_START_FAILED),
                 unwind=_UNWIND,
             ),
         ),

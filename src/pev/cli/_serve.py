@@ -10,9 +10,14 @@ import ipaddress
 
 import click
 
-from pev.cli._common import existing_ledger, open_named
+from pev.cli._common import on_ledger, open_named
+from pev.ledger import Ledger
 
 __all__ = ["serve_command"]
+
+
+async def _nothing(_ledger: Ledger) -> None:
+    """What the first look at the ledger does: nothing more than opening it and reading once."""
 
 
 def _loopback(host: str) -> bool:
@@ -58,8 +63,10 @@ def serve_command(db: str, host: str, port: int, operator: bool, allowed: tuple[
         raise click.ClickException(
             "`pev serve` needs the web extra: pip install 'pev-agent[web]'"
         ) from exc
-    existing_ledger(db)
-    store = open_named(db)
+    # The viewer only reads (its --operator buttons act on tasks that exist): a missing ledger, or
+    # a store that does not answer, is one line now rather than an error page later.
+    on_ledger(db, _nothing, create=False)
+    store = open_named(db, create=False)
     hosts = set(LOOPBACK_HOSTS) | set(allowed)
     if not _loopback(host) and host not in {"0.0.0.0", "::"}:  # noqa: S104 - named to skip it
         hosts.add(host)

@@ -21,12 +21,18 @@ from pev.engine._agent import (
     VerifierLike,
     check_verifier,
 )
-from pev.engine._components import Components, agent_paths, build_components, rebuild
+from pev.engine._components import (
+    Components,
+    agent_paths,
+    build_components,
+    rebuild,
+    use_import_roots,
+)
 from pev.engine._driver import Driver
 from pev.engine._result import RunResult
-from pev.engine._tenure import new_owner
+from pev.engine._tenure import free_if_owner_gone, new_owner
 from pev.engine._trust import check_chain
-from pev.errors import ComponentError, StoreError, UsageError
+from pev.errors import ComponentError, LeaseHeld, StateError, StoreError, UsageError
 from pev.experience import LessonBook
 from pev.ledger import Lease, Ledger, Store, TaskState, acquired, new_task_id, utc_now
 from pev.model import (
@@ -397,7 +403,11 @@ async def resume(
     Records a crash left ``pending``, ``accepted`` or ``running`` are settled through the
     executor's ``reconcile(record)`` when it has one, else marked ``unknown``; no unfinished node
     is dispatched again, so an action is never re-sent. A crash while planning or verifying
-    repeats that call without consuming budget. A task that has ended is returned unchanged.
+    repeats that call without consuming budget. A task that has ended is returned unchanged,
+    also when another driver ended it while this call was starting (it returns that end).
+    A task whose lease is held by a process of this host that no longer exists (a crashed
+    ``pev run``, say) is taken over at once, without waiting for the lease to expire; an owner
+    on another host is trusted until its lease expires (docs/workers.md).
     ``experience`` works as in :func:`run`: its lessons join ``lessons`` for the planning
     still to come, and the task is recorded once it ends (an ended task is recorded at once).
 
@@ -407,15 +417,17 @@ async def resume(
             event); nothing was done.
         ComponentError: A component was neither given nor rebuildable, or an agent was given
             with parts of one.
+        LeaseHeld: Another live driver holds the task; nothing was written.
     """
-    ledger = Ledger(store, clock=clock or utc_now)
+    clock = clock or utc_now
+    ledger = Ledger(store, clock=clock)
     await check_chain(ledger, task_id)
     await ledger.expire_overdue()
     state = await ledger.state(task_id)
     if state.terminal:
-        # Recorded again (a no-op when it was): a crash may have come between end and record.
-        await learn_from(experience, state)
-        return RunResult.from_state(state)
+        return await _ended(state, experience)
+    await free_if_owner_gone(ledger, await store.lease(state.task_id), now=clock())
+    use_import_roots(state.created.components)
     parts = {
         "planner": planner,
         "verifier": verifier,
@@ -429,13 +441,29 @@ async def resume(
         state,
         agent,
         rails=rails,
-        clock=clock or utc_now,
+        clock=clock,
         lessons=lessons,
         experience=experience,
     )
-    result = await driver.drive()
+    try:
+        result = await driver.drive()
+    except (LeaseHeld, StateError):
+        # Another driver may have ended the task since it was read: then that end is the
+        # answer (an ended task is returned unchanged); otherwise the refusal stands.
+        ledger.forget(state.task_id)
+        now = await ledger.state(state.task_id)
+        if not now.terminal:
+            raise
+        return await _ended(now, experience)
     await learn_from(experience, driver.state)
     return result
+
+
+async def _ended(state: TaskState, experience: LessonBook | None) -> RunResult:
+    """An ended task's result, as resume returns it unchanged."""
+    # Recorded again (a no-op when it was): a crash may have come between end and record.
+    await learn_from(experience, state)
+    return RunResult.from_state(state)
 
 
 async def driver_for(

@@ -15,18 +15,26 @@ Lambdas, closures, bound methods, configured instances without a module-level na
 whose options no path can carry have no path: pass them again to :func:`pev.resume`, or give
 them a module-level name. A tool path that resolves to the bare function behind a decorated tool
 is refused rather than run with default options.
+
+A module imported from a folder that is no longer on ``sys.path`` (``pev run`` puts a task
+file's folder there only while it imports the file's components) could not be found again by
+another process: that folder is recorded too (key :data:`IMPORT_ROOTS_KEY`), and ``resume`` and
+workers put it first on ``sys.path`` before they rebuild (:func:`use_import_roots`), unless
+``PEV_TRUSTED_MODULES`` is set: then a ledger may not choose where trusted names are found.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from pev._imports import ImportPathError, UntrustedImportError, resolve
+from pev._imports import ImportPathError, UntrustedImportError, resolve, trusted_modules
 from pev.engine._agent import Agent
 from pev.engine._protocols import adapt
 from pev.engine._tool_executor import ToolExecutor
@@ -36,6 +44,7 @@ from pev.model import ToolSpec
 from pev.policy import RecoveryPolicy
 
 __all__ = [
+    "IMPORT_ROOTS_KEY",
     "Components",
     "agent_paths",
     "build_components",
@@ -45,7 +54,19 @@ __all__ = [
     "rebuild",
     "recorded_tools",
     "tool_source",
+    "use_import_roots",
 ]
+
+_log = logging.getLogger("pev.engine")
+
+IMPORT_ROOTS_KEY = "sys_path"
+"""The components key of the folders (``os.pathsep``-separated) the recorded modules came from.
+
+Recorded only for folders that were not on ``sys.path`` when the task was written.
+"""
+
+# The roles whose recorded values are import paths (``tools``: several, comma-separated).
+_PATH_ROLES = ("agent", "planner", "verifier", "observer", "executor", "tools")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +118,20 @@ def build_components(agent: Agent, *, policy: RecoveryPolicy) -> Components:
 
 
 def agent_paths(agent: Agent) -> dict[str, str]:
-    """Role → import path of what another process needs to rebuild ``agent``."""
+    """Role → import path of what another process needs to rebuild ``agent``.
+
+    With the folders the modules came from (:data:`IMPORT_ROOTS_KEY`) when they are no longer
+    on ``sys.path``.
+    """
+    paths = _part_paths(agent)
+    roots = _roots_off_the_path(paths)
+    if roots:
+        paths[IMPORT_ROOTS_KEY] = os.pathsep.join(roots)
+    return paths
+
+
+def _part_paths(agent: Agent) -> dict[str, str]:
+    """The agent's own import path, else its parts' by role."""
     path = _bound_path(agent.defined_in, agent)
     if path is not None:
         return {"agent": path}
@@ -122,6 +156,58 @@ def agent_paths(agent: Agent) -> dict[str, str]:
         if path:
             paths["executor"] = path
     return paths
+
+
+def _roots_off_the_path(paths: Mapping[str, str]) -> list[str]:
+    """The folders the recorded modules were imported from that are not on ``sys.path`` now."""
+    on_path = {_real(entry or os.getcwd()) for entry in sys.path}
+    roots: list[str] = []
+    for role in _PATH_ROLES:
+        for path in paths.get(role, "").split(","):
+            root = _root_of(path.partition(":")[0])
+            if root is not None and _real(root) not in on_path and root not in roots:
+                roots.append(root)
+    return roots
+
+
+def _root_of(module_name: str) -> str | None:
+    """The folder on whose ``sys.path`` entry the loaded module ``module_name`` was found."""
+    if not module_name:
+        return None
+    top = sys.modules.get(module_name.split(".", maxsplit=1)[0])
+    where = getattr(top, "__file__", None)
+    if not isinstance(where, str):
+        return None  # built in, or a namespace package: nothing to record
+    folder = os.path.dirname(os.path.abspath(where))
+    # A package's __file__ is its __init__.py: the root is the folder above the package's.
+    return os.path.dirname(folder) if hasattr(top, "__path__") else folder
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(path)
+
+
+def use_import_roots(paths: Mapping[str, str]) -> tuple[str, ...]:
+    """Put the folders a task recorded (:data:`IMPORT_ROOTS_KEY`) first on ``sys.path``.
+
+    As ``pev run`` had its task file's folder there when it imported the components, so that a
+    worker or ``resume`` started in another folder finds them. Nothing is added while
+    ``PEV_TRUSTED_MODULES`` is set (a ledger may not choose where trusted names are found), nor
+    a folder that is not there or is on the path already. Returns the folders added.
+    """
+    recorded = paths.get(IMPORT_ROOTS_KEY, "")
+    if not recorded or trusted_modules() is not None:
+        return ()
+    on_path = {_real(entry or os.getcwd()) for entry in sys.path}
+    added: list[str] = []
+    for root in reversed(recorded.split(os.pathsep)):
+        if root and os.path.isdir(root) and _real(root) not in on_path:
+            sys.path.insert(0, root)
+            on_path.add(_real(root))
+            added.append(root)
+    if added:
+        _log.info("pev: the recorded folders %s are on sys.path now", ", ".join(added))
+    return tuple(added)
 
 
 def tool_source(item: Tool[..., Any]) -> tuple[str, str] | None:

@@ -28,6 +28,7 @@ from pev.engine._components import Components
 from pev.engine._deadline import Deadline
 from pev.engine._host import current, task_deadline_finish
 from pev.engine._observe_step import ObserveStep
+from pev.engine._outage import Outage
 from pev.engine._plan_step import PlanStep
 from pev.engine._protocols import NodeContext
 from pev.engine._result import RunResult
@@ -109,6 +110,7 @@ class Driver:
         self.cancel_signal = asyncio.Event()
         self.tools = components.tools
         self._write_lock = asyncio.Lock()
+        self._outage = Outage(state.task_id)
         self._owner = lease.owner if lease is not None else owner or new_owner()
         self._lease_s = lease_s if lease_s is not None else state.policy.lease_s
         self._tenure = Tenure(
@@ -374,11 +376,11 @@ class Driver:
     async def _append(self, events: list[Event]) -> TaskState:
         for _ in range(_CONFLICT_RETRIES):
             try:
-                state, entries = await self._ledger.write(
-                    self._task_id, events, fence=self._tenure.lease
+                state, entries = await self._outage.outlast(
+                    lambda: self._ledger.write(self._task_id, events, fence=self._tenure.lease)
                 )
             except ConflictError:
-                await self._refresh()
+                await self._outage.outlast(self._refresh)
                 drivers = self.state.drivers
                 if drivers and drivers[-1].epoch > self._tenure.lease.epoch:
                     # Another driver took the task over meanwhile: this one's writes are stale.

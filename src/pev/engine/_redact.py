@@ -6,6 +6,14 @@ recorded in the ledger, logged, shown and given to planners, so before it leaves
 every occurrence of each secret value is replaced by a marker naming the secret's source
 (``[secret PAYMENTS_TOKEN]``). Only the values themselves are found (also as a ``repr`` or JSON
 string would escape them), not encodings of them (base64, hashes, URL-quoting).
+
+What pev logs is redacted once more, as a whole, on its way out: a :class:`RedactingFilter` on
+each of pev's loggers replaces every value it knows in the message and in the exception's
+formatted traceback, the chained causes and contexts (``__cause__``, ``__context__``), their
+notes and the members of exception groups included. It knows the values of every secret a tool
+call has read in this process (:func:`remember`), and the LLM key of the environment
+(``PEV_LLM_API_KEY``, ``OPENAI_API_KEY``), which a provider's error may echo. It never changes
+the exception objects themselves: what the code that raised or caught them sees stays as it was.
 """
 
 from __future__ import annotations
@@ -13,14 +21,48 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
+import os
 import re
+import threading
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pev.model import DeviceFailure, Success, VerifierFailure
 
-__all__ = ["RedactedError", "Redactor"]
+__all__ = [
+    "KEY_VARIABLES",
+    "LOGGERS",
+    "RedactedError",
+    "RedactingFilter",
+    "Redactor",
+    "known_redactor",
+    "remember",
+]
+
+KEY_VARIABLES = ("PEV_LLM_API_KEY", "OPENAI_API_KEY")
+"""Environment variables holding an LLM key: their values are redacted from every log record."""
+
+LOGGERS = (
+    "pev",
+    "pev.engine",
+    "pev.worker",
+    "pev.ledger",
+    "pev.stores",
+    "pev.rails",
+    "pev.rails.log",
+    "pev.ray",
+    "pev.testing",
+    "pev.mcp",
+    "pev.experience",
+    "pev.llm.openai",
+)
+"""pev's loggers, each given a :class:`RedactingFilter` (a logger's filter sees only its own
+records, not those its children pass up, so each one that logs needs it)."""
+
+_REMEMBERED_AT_MOST = 4096  # forms of values; a provider that rotates its token keeps the latest
 
 
 class RedactedError(Exception):
@@ -48,6 +90,12 @@ class Redactor:
         for value, source in sources.items():
             for form in _forms(value):
                 markers.setdefault(form, f"[secret {source}]")
+        return cls.of_markers(markers)
+
+    @classmethod
+    def of_markers(cls, markers: Mapping[str, str]) -> Redactor:
+        """A redactor that replaces each key of ``markers`` (a value's form) by its marker."""
+        markers = dict(markers)
         if not markers:
             return cls(markers={}, pattern=None)
         # Longest first, so that a value holding another is replaced whole.
@@ -103,7 +151,8 @@ class Redactor:
                 if linked is not None and self._still_leaks(linked):
                     setattr(link, attribute, None)
                     link.__suppress_context__ = True
-        if not self._still_leaks(exc):
+        # A group's members cannot be cut off it: any of them still leaking replaces it whole.
+        if not any(self._still_leaks(link) for link in _chain(exc)):
             return exc
         replacement = RedactedError(f"{type(exc).__qualname__}: {self.text(_text_of(exc))}")
         replacement.__suppress_context__ = True
@@ -159,6 +208,123 @@ def _try_set(target: object, name: str, value: object) -> None:
     # A read-only attribute stays as it is; the leak check after scrubbing catches what it holds.
     with contextlib.suppress(AttributeError, TypeError):
         setattr(target, name, value)
+
+
+def remember(redactor: Redactor) -> None:
+    """Have every log record of pev's loggers redact ``redactor``'s values from now on.
+
+    The latest values are kept (a few thousand forms); a provider that hands out a new token for
+    every call pushes the oldest out.
+    """
+    if redactor.markers:
+        _installed().learn(redactor)
+
+
+def known_redactor() -> Redactor:
+    """A redactor of every value :func:`remember` was given and of the LLM key variables'."""
+    return _installed().redactor()
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts the values it knows from each record it sees; drops none.
+
+    It knows the values it was taught (:meth:`learn`, through :func:`remember`) and those of
+    :data:`KEY_VARIABLES`, read at each record. A message holding a value is replaced by its
+    redacted text. A record whose exception (with everything it chains to, as a traceback
+    prints it) holds a value gets the redacted traceback as its ``exc_text``, which
+    :class:`logging.Formatter` prints as it is, and in its ``exc_info`` a :class:`RedactedError`
+    with the redacted message and nothing chained, for handlers that read the exception itself.
+    The exception objects are left untouched.
+
+    One filter serves all of :data:`LOGGERS`: logging's loggers live as long as the process,
+    and so does what it was taught.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._markers: dict[str, str] = {}
+        self._built: tuple[tuple[str, ...], Redactor] | None = None
+
+    def learn(self, redactor: Redactor) -> None:
+        """Redact ``redactor``'s values too, from the next record on."""
+        with self._lock:
+            for form, marker in redactor.markers.items():
+                self._markers.pop(form, None)  # moved to the end: the latest are kept longest
+                self._markers[form] = marker
+            while len(self._markers) > _REMEMBERED_AT_MOST:
+                del self._markers[next(iter(self._markers))]
+            self._built = None
+
+    def redactor(self) -> Redactor:
+        """A redactor of the values taught and of the key variables' values now."""
+        # The key variables are read each time: a key set after import is known all the same.
+        keys = tuple(os.environ.get(name) or "" for name in KEY_VARIABLES)
+        with self._lock:
+            if self._built is not None and self._built[0] == keys:
+                return self._built[1]
+            markers = dict(self._markers)
+            for name, value in zip(KEY_VARIABLES, keys, strict=True):
+                if value:
+                    markers.update(Redactor.of({value: name}).markers)
+            built = Redactor.of_markers(markers)
+            self._built = (keys, built)
+            return built
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Redact ``record`` in place; always ``True``."""
+        redactor = self.redactor()
+        if redactor.pattern is not None:
+            _redact_record(record, redactor)
+        return True
+
+
+def _installed() -> RedactingFilter:
+    """The filter on pev's loggers (put back on each of them, should it have been removed)."""
+    root = logging.getLogger(LOGGERS[0])
+    found = next((f for f in root.filters if isinstance(f, RedactingFilter)), None)
+    shared = found if found is not None else RedactingFilter()
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        if shared not in logger.filters:
+            logger.addFilter(shared)
+    return shared
+
+
+def _redact_record(record: logging.LogRecord, redactor: Redactor) -> None:
+    try:
+        message = record.getMessage()
+    except Exception:  # noqa: BLE001 - a bad format: logging reports it, and must not show args
+        message = f"{record.msg!s} {record.args!r}"
+    if redactor.leaks(message):
+        record.msg, record.args = redactor.text(message), None
+    if record.exc_info is not None and record.exc_info[1] is not None:
+        exc = record.exc_info[1]
+        shown = _formatted(exc)
+        if redactor.leaks(shown) or any(
+            redactor.leaks(_text_of(link, use_repr=True)) for link in _chain(exc)
+        ):
+            record.exc_text = redactor.text(shown)
+            stand_in = RedactedError(f"{type(exc).__qualname__}: {redactor.text(_text_of(exc))}")
+            stand_in.__suppress_context__ = True
+            stand_in = stand_in.with_traceback(exc.__traceback__)
+            record.exc_info = (RedactedError, stand_in, exc.__traceback__)
+    elif record.exc_text is not None and redactor.leaks(record.exc_text):
+        record.exc_text = redactor.text(record.exc_text)
+    if record.stack_info is not None and redactor.leaks(record.stack_info):
+        record.stack_info = redactor.text(record.stack_info)
+
+
+def _formatted(exc: BaseException) -> str:
+    """``exc`` as :meth:`logging.Formatter.formatException` prints it: chain, notes, groups."""
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception:  # noqa: BLE001 - a broken __str__ somewhere in the chain
+        text = f"{type(exc).__qualname__}: {_text_of(exc)}"
+    return text.removesuffix("\n")
+
+
+_installed()
 
 
 _PENDING = object()  # a container whose children come first

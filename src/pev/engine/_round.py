@@ -185,6 +185,9 @@ class Round:
         # Set when a compensation left an effect in place: nothing more is dispatched.
         self._halted = False
         self._redo = redo  # empty but for a local revision
+        # Nodes whose call was not made (its time went before it could start): they are
+        # dispatched again, as new records, once their records are written.
+        self._again: set[str] = set()
 
     async def run(self) -> bool:
         """Run the round; True if every node was dispatched or skipped (not cancelled or late).
@@ -349,6 +352,10 @@ class Round:
         finished: list[Event] = [
             NodeFinished(record_id=record.id, status=status, result=result, at=self._now())
         ]
+        if node_id in self._again:
+            self._again.discard(node_id)
+            self._ready[node_id] = self._plan_nodes[node_id]  # never sent: it goes again
+            return finished
         if settled is not None:
             # Reconcile, then go on: what it established stands for the node in this round.
             finished.append(
@@ -524,6 +531,18 @@ class Round:
         # or run past it.
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else dispatched + timeout
+        if (
+            deadline is not None
+            and timeout is not None
+            and deadline - loop.time() < timeout / 2
+            and self._dispatches[node.id] < QUERY_DISPATCHES
+        ):
+            # The pending write (a store that did not answer for a while) or a stalled driver
+            # took half the call's time or more: the call is not made with what is left. It was
+            # never sent, so it is dispatched again as a new record, with its whole time
+            # (docs/engine.md, "Crash and resume"), up to QUERY_DISPATCHES records in all.
+            self._again.add(node.id)
+            return record, RecordStatus.CANCELLED, None, None
         if deadline is not None and deadline <= loop.time():
             late = DeviceFailure(
                 node.id,
@@ -620,16 +639,13 @@ class Round:
 def _dispatched_again(record: ExecutionRecord, results: Mapping[RecordId, NodeResult]) -> bool:
     """Whether a terminal record's node is dispatched again in its revision.
 
-    A query that a crash, a takeover or an interrupt cut short (``cancelled``, no result, in a
-    revision still executing) changed nothing, so it runs again as a new record; the settling
-    on resume (or the round, for an interrupt) ends it ``failed`` instead once it was cut short
+    A query that a crash, a takeover or an interrupt cut short, or any call that was never
+    made because its record's time had mostly passed before it could start (``cancelled``, no
+    result, in a revision still executing), changed nothing, so it runs again as a new record;
+    the settling on resume (or the round) ends it ``failed`` instead once it was cut short
     :data:`~pev.engine._settle.QUERY_DISPATCHES` times.
     """
-    return (
-        record.effect is Effect.QUERY
-        and record.status is RecordStatus.CANCELLED
-        and record.id not in results
-    )
+    return record.status is RecordStatus.CANCELLED and record.id not in results
 
 
 def _release(waiter: asyncio.Future[None]) -> None:

@@ -213,6 +213,7 @@ def _args_model(
     """
     fields: dict[str, Any] = {}
     for index, param in enumerate(planned):
+        # No hint: any JSON value, handed over as it is; the parameters beside it keep theirs.
         hint = Any if param.annotation is inspect.Parameter.empty else param.annotation
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[f"p{index}"] = (
@@ -308,7 +309,8 @@ class _Converter:
         self._model = model
         self._names = names
         self._tool = tool
-        # A model whose every field is Any changes no value: such args pass as they are.
+        # A model whose every field is Any changes no value: such args pass as they are. One
+        # typed field is enough to validate them all (one unannotated parameter turns none off).
         self._typed = any(info.annotation is not Any for info in model.model_fields.values())
 
     def __call__(self, args: Mapping[str, Any]) -> dict[str, Any]:

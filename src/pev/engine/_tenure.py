@@ -6,6 +6,11 @@ ends. Each of its writes carries the lease as a fence, so once another driver ha
 over (the lease expired while this one was paused or cut off), the store refuses this driver's
 next write, and since the pending record of a node is written before its tool is called, it
 dispatches nothing more. A heartbeat that finds the lease taken over tells the driver at once.
+
+A lease whose owner is a process of this host that no longer exists is freed at once
+(:func:`free_if_owner_gone`): owner ids are ``host:pid:nonce``, and a host's own process table
+says whether that process is gone. An owner on another host is never judged from here; this
+trusts host names to be unique per process id namespace (docs/workers.md).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from datetime import datetime
 from pev.errors import LeaseLost, PevError
 from pev.ledger import DriverStarted, Lease, Ledger, utc_now
 
-__all__ = ["Tenure", "cancel_requested", "new_owner"]
+__all__ = ["Tenure", "cancel_requested", "free_if_owner_gone", "new_owner", "owner_gone"]
 
 log = logging.getLogger("pev.engine")
 
@@ -41,6 +46,49 @@ def cancel_requested() -> bool:
 def new_owner() -> str:
     """A fresh lease owner id for this process: ``host:pid:nonce``."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def owner_gone(owner: str) -> bool:
+    """Whether ``owner`` (``host:pid:nonce``) names a process of this host that no longer exists.
+
+    False whenever that cannot be known for sure: another host (its process ids say nothing
+    here), an id of another form, this very process, or a process that exists but belongs to
+    another user.
+    """
+    host, _, rest = owner.rpartition(":")  # the nonce
+    host, _, pid_text = host.rpartition(":")
+    if not host or host != socket.gethostname() or not pid_text.isdecimal():
+        return False
+    pid = int(pid_text)
+    if pid <= 0 or pid == os.getpid() or not rest:
+        return False  # 0 and negatives would name process groups, never one process
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, OSError):
+        return False  # it exists (another user's), or the id is no process id at all
+    return False
+
+
+async def free_if_owner_gone(ledger: Ledger, lease: Lease | None, *, now: datetime) -> bool:
+    """Free ``lease`` if it is live and its owner is a process of this host that is gone.
+
+    The release names the dead owner's own lease, so it changes nothing if another driver has
+    taken the task meanwhile. Returns whether it freed it.
+    """
+    if lease is None or not lease.live(now) or not owner_gone(lease.owner):
+        return False
+    await ledger.release(lease)
+    log.warning(
+        "pev: task %s: its lease owner %s was a process of this host that no longer exists; "
+        "its lease (epoch %d) is freed now instead of at %s",
+        lease.task_id,
+        lease.owner,
+        lease.epoch,
+        lease.expires_at.isoformat(timespec="seconds"),
+    )
+    return True
 
 
 class Tenure:

@@ -19,6 +19,7 @@ from typing import Any, Generic, Literal, ParamSpec, TypeAlias, TypeVar, overloa
 import pydantic_core
 
 from pev.engine._protocols import is_async
+from pev.engine._redact import remember
 from pev.engine._retry import Retry, check_retry
 from pev.engine._secret import Secret, SecretParameter, fill_secrets
 from pev.engine._signature import (
@@ -279,6 +280,8 @@ class Tool(Generic[P, R]):
         filled = await fill_secrets(self.name, self._secret_parameters)
         kwargs.update(filled.kwargs)
         redactor = filled.redactor
+        # Whatever else comes to quote a value (a planner's error, a rail's), the logs never do.
+        remember(redactor)
         try:
             value = as_json(await call())
         except Exception as exc:

@@ -5,6 +5,13 @@
 driver's lease expired), drives each as ``pev.resume`` would (an unknown action is never re-sent),
 at most ``concurrency`` at a time, and on ``stop`` claims nothing more, lets in-flight nodes reach
 their terminal records, and releases its leases. See docs/workers.md.
+
+A drive that cannot start (the task's agent does not rebuild, an MCP server will not start) is
+written to the ledger as a ``start_failed`` event, its lease let go at once, and the task tried
+again by this worker only after a pause that doubles each time; after the policy's
+``start_attempts`` the task ends ``failed``/``agent_unavailable``. A task whose lease is held by
+a process of this host that no longer exists is freed for a claim at once, instead of when the
+lease expires.
 """
 
 from __future__ import annotations
@@ -12,6 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import re
+import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,12 +36,33 @@ from pev.engine._agent import (
     VerifierLike,
 )
 from pev.engine._api import driver_for, learn_from, new_task_of
-from pev.engine._components import agent_paths, has_recorded_tools, rebuild
-from pev.engine._tenure import new_owner
+from pev.engine._components import agent_paths, has_recorded_tools, rebuild, use_import_roots
+from pev.engine._redact import known_redactor
+from pev.engine._tenure import free_if_owner_gone, new_owner
 from pev.engine._trust import check_chain
-from pev.errors import ComponentError, LedgerCorruptError, PevError, UsageError
+from pev.errors import (
+    ComponentError,
+    ConflictError,
+    LeaseError,
+    LedgerCorruptError,
+    PevError,
+    StoreError,
+    UsageError,
+)
 from pev.experience import LessonBook
-from pev.ledger import Lease, Ledger, Store, TaskState, Wakeups, utc_now
+from pev.kernel import TaskStatus, TerminalReason
+from pev.ledger import (
+    TERMINAL_PHASES,
+    Lease,
+    Ledger,
+    StartFailed,
+    Store,
+    TaskFinished,
+    TaskPhase,
+    TaskState,
+    Wakeups,
+    utc_now,
+)
 from pev.model import JsonValue, VerificationContract
 from pev.policy import RecoveryPolicy
 from pev.rails import RailLike
@@ -128,10 +159,16 @@ class WorkerReport:
         drained: Claimed tasks it stopped driving when told to stop (left for another driver).
         awaiting_approval: Claimed tasks it left awaiting a person's approval (a worker
             claims each again once it is decided).
-        failed: Claimed tasks whose drive raised, or that were refused (a chain that fails
-            verification, components outside ``PEV_TRUSTED_MODULES`` or not rebuildable):
-            logged; the task stays in its store, its lease held until it expires, so it is not
-            claimed again at once.
+        not_started: Claimed tasks whose drive could not start (components not rebuildable or
+            outside ``PEV_TRUSTED_MODULES``, an MCP server that would not start): each is a
+            ``start_failed`` event in the task's ledger, its lease released at once (counted
+            once per attempt; the task may end ``failed``/``agent_unavailable``, counted in
+            ``ended`` too).
+        failed: Claimed tasks whose drive raised once started, or whose chain fails
+            verification: logged; the task stays in its store, its lease held until it
+            expires, so it is not claimed again at once.
+        freed: Leases it freed because their owner was a process of this host that no longer
+            exists.
     """
 
     owner: str
@@ -139,7 +176,9 @@ class WorkerReport:
     ended: int = 0
     drained: int = 0
     awaiting_approval: int = 0
+    not_started: int = 0
     failed: int = 0
+    freed: int = 0
 
 
 async def worker(
@@ -192,8 +231,9 @@ async def worker(
     report = WorkerReport(owner=owner or new_owner())
     drain = asyncio.Event()
     active: dict[str, asyncio.Task[None]] = {}
+    backoff = _Backoff(first_s=poll_s, most_s=lease_s or DEFAULT_LEASE_S)
     shared = _Shared(
-        store, agent, tuple(rails), experience, clock, report, lease_s, drain, agent_for
+        store, agent, tuple(rails), experience, clock, report, lease_s, drain, agent_for, backoff
     )
     stopping = asyncio.ensure_future(stop.wait())
     try:
@@ -208,7 +248,9 @@ async def worker(
             while not stop.is_set():
                 await shared.expire()
                 room = concurrency - len(active)
-                claimed = await shared.claim(room) if room > 0 else ()
+                if room > 0:
+                    await shared.free_dead_owners()
+                claimed, skipped = await shared.claim(room) if room > 0 else ((), 0)
                 for lease in claimed:
                     report.claimed += 1
                     log.info("claimed task %s (lease epoch %d)", lease.task_id, lease.epoch)
@@ -219,7 +261,12 @@ async def worker(
                     idle.reset()
                     continue  # there may be more waiting
                 busy: set[asyncio.Future[Any]] = {stopping, *active.values()}
-                await idle.wait(busy, looking=room > len(claimed))
+                if skipped:
+                    # Only tasks this worker failed to start came back (their release woke it):
+                    # wait for the first of them to be due, not for the store's wake-ups.
+                    await idle.pause(busy, backoff.next_due_s())
+                else:
+                    await idle.wait(busy, looking=room > len(claimed))
                 for task_id, task in list(active.items()):
                     if task.done():
                         del active[task_id]
@@ -230,13 +277,16 @@ async def worker(
             log.info("worker %s stopping: draining %d task(s)", report.owner, len(active))
             await asyncio.gather(*active.values(), return_exceptions=True)
     log.info(
-        "worker %s stopped: %d claimed, %d ended, %d drained, %d awaiting approval, %d failed",
+        "worker %s stopped: %d claimed, %d ended, %d drained, %d awaiting approval, "
+        "%d failed, %d not started, %d leases of dead local owners freed",
         report.owner,
         report.claimed,
         report.ended,
         report.drained,
         report.awaiting_approval,
         report.failed,
+        report.not_started,
+        report.freed,
     )
     return report
 
@@ -244,9 +294,85 @@ async def worker(
 # How often a worker looks for overdue tasks, at most (a look is one indexed query).
 _EXPIRE_EVERY_S = 5.0
 
+# How many tasks not ended a worker looks at, newest first, for leases of dead local owners.
+_DEAD_OWNER_SCAN = 200
+
+# The phases of tasks a driver may hold (one awaiting approval holds no lease).
+_DRIVEN = frozenset(TaskPhase) - TERMINAL_PHASES - {TaskPhase.AWAITING_APPROVAL}
+
+# How a start failure's cause is kept: one line, at most this long.
+_CAUSE_CHARS = 500
+
+# The hint the engine adds for Python callers of resume, which a worker's reader cannot follow.
+_PYTHON_HINT = re.compile(r"; pass \w+=\.\.\. to resume$")
+
+
+def start_cause(exc: BaseException) -> str:
+    """Why a drive could not start, in one line: the error's type and message, secrets redacted."""
+    text = _PYTHON_HINT.sub("", " ".join(str(exc).split()))
+    cause = known_redactor().text(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    return cause if len(cause) <= _CAUSE_CHARS else cause[: _CAUSE_CHARS - 3] + "..."
+
+
+class _NotStarted(Exception):  # noqa: N818 - a private carrier of the task's state, not an error
+    """A claimed task's drive could not start; carries the task's state after the record."""
+
+    def __init__(self, state: TaskState) -> None:
+        super().__init__(state.task_id)
+        self.state = state
+
+
+class _Backoff:
+    """When this worker may claim again each task whose drive it could not start.
+
+    After a task's ``n``-th failed start it waits ``first_s * 2 ** (n - 1)``, at most
+    ``most_s``: other workers may take the task sooner (a worker where its agent imports).
+    """
+
+    def __init__(self, *, first_s: float, most_s: float) -> None:
+        self._first_s = first_s
+        self._most_s = most_s
+        self._due: dict[str, float] = {}
+
+    def note(self, task_id: str, attempts: int) -> None:
+        """The task's drive failed to start for the ``attempts``-th time."""
+        delay = min(self._first_s * 2 ** min(max(attempts - 1, 0), 30), self._most_s)
+        self._due[task_id] = _loop_time() + delay
+
+    def waiting(self) -> frozenset[str]:
+        """The tasks not to drive yet."""
+        now = _loop_time()
+        self._due = {task_id: due for task_id, due in self._due.items() if due > now}
+        return frozenset(self._due)
+
+    def next_due_s(self) -> float:
+        """Seconds until the first waiting task is due (0 when none waits)."""
+        return max((min(self._due.values(), default=0.0) - _loop_time()), 0.0)
+
+
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
 # An idle worker of a store that cannot wake it polls, waiting this long at first, then twice
 # as long after each look that finds nothing, up to ``poll_s``.
 _FIRST_POLL_S = 0.05
+
+
+def _start_failure(
+    state: TaskState, failed: StartFailed, attempts: int
+) -> list[StartFailed | TaskFinished]:
+    """The events of a failed start: the failure, and the task's end at its last attempt."""
+    if attempts < state.policy.start_attempts:
+        return [failed]
+    return [
+        failed,
+        TaskFinished(
+            status=TaskStatus.FAILED,
+            reason=TerminalReason.AGENT_UNAVAILABLE,
+            detail=f"its drive could not start {attempts} times; the last time: {failed.cause}",
+        ),
+    ]
 
 
 def _wakeups(store: Store) -> contextlib.AbstractAsyncContextManager[asyncio.Event | None]:
@@ -274,6 +400,13 @@ class _Idle:
     def reset(self) -> None:
         """A look found tasks: poll soon again."""
         self._next = self._first
+
+    async def pause(self, waiting: set[asyncio.Future[Any]], seconds: float) -> None:
+        """Until one of ``waiting`` is done or ``seconds`` (at most ``poll_s``) pass, unwoken."""
+        timeout = min(max(seconds, self._first), self._poll_s)
+        await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if self._woken is not None:
+            self._woken.clear()
 
     async def wait(self, waiting: set[asyncio.Future[Any]], *, looking: bool) -> None:
         """Until one of ``waiting`` is done, or (when ``looking`` for tasks) it is time to look.
@@ -309,7 +442,9 @@ class _Shared:
     lease_s: float | None
     drain: asyncio.Event
     agent_for: AgentOpener | None
+    backoff: _Backoff
     expired_at: float = float("-inf")  # loop time of the last look for overdue tasks
+    scanned_at: float = float("-inf")  # loop time of the last look for dead local owners
 
     async def expire(self) -> None:
         """End overdue tasks (replans, approvals nobody waits for), every few seconds at most.
@@ -326,27 +461,74 @@ class _Shared:
         except PevError:
             log.exception("worker %s: expiring overdue tasks failed", self.report.owner)
 
-    async def claim(self, room: int) -> tuple[Lease, ...]:
-        """Take the leases of up to ``room`` runnable tasks; none when the store fails."""
+    async def free_dead_owners(self) -> None:
+        """Free the leases held by processes of this host that are gone, every lease_s/3 at most.
+
+        It looks at the newest tasks not ended (a bounded number) and frees each live lease
+        whose owner was a process of this host that no longer exists; the next claim takes the
+        task. A store failure is logged, and tried again at a later look.
+        """
+        now = _loop_time()
+        if now - self.scanned_at < (self.lease_s or DEFAULT_LEASE_S) / 3:
+            return
+        self.scanned_at = now
+        ledger = Ledger(self.store, clock=self.clock)
         try:
-            return await self.store.claim(
+            tasks = await self.store.list_tasks(phases=_DRIVEN, limit=_DEAD_OWNER_SCAN)
+            for summary in tasks:
+                lease = await self.store.lease(summary.task_id)
+                if await free_if_owner_gone(ledger, lease, now=self.clock()):
+                    self.report.freed += 1
+        except PevError:
+            log.exception("worker %s: looking for leases of dead owners failed", self.report.owner)
+
+    async def claim(self, room: int) -> tuple[tuple[Lease, ...], int]:
+        """Take the leases of up to ``room`` runnable tasks; none when the store fails.
+
+        Tasks whose drive this worker could not start lately are claimed too (a claim takes
+        the oldest first, so they would stand in the way of the others) and let go at once.
+        Returns the leases to drive, and how many such tasks came back.
+        """
+        waiting = self.backoff.waiting()
+        try:
+            leases = await self.store.claim(
                 self.report.owner,
                 now=self.clock(),
                 lease_s=self.lease_s or DEFAULT_LEASE_S,
-                limit=room,
+                limit=room + min(len(waiting), _DEAD_OWNER_SCAN),
             )
         except PevError:
             log.exception("worker %s: claiming tasks failed", self.report.owner)
-            return ()
+            return (), 0
+        kept: list[Lease] = []
+        let_go: list[Lease] = []
+        for lease in leases:
+            (let_go if lease.task_id in waiting or len(kept) >= room else kept).append(lease)
+        ledger = Ledger(self.store, clock=self.clock)
+        for lease in let_go:
+            await self._release(ledger, lease)
+        return tuple(kept), sum(lease.task_id in waiting for lease in let_go)
+
+    async def _release(self, ledger: Ledger, lease: Lease) -> None:
+        """Let a lease go now; a store failure is logged (the lease then expires)."""
+        try:
+            await ledger.release(lease)
+        except PevError:
+            log.exception("task %s: releasing the lease failed", lease.task_id)
 
     async def drive(self, claimed: Lease) -> None:
         """Drive one claimed task as resume would; its failures are logged, never raised."""
         report, task_id = self.report, claimed.task_id
         try:
             state = await self._drive(claimed)
+        except _NotStarted as not_started:
+            report.not_started += 1
+            if not_started.state.terminal:
+                report.ended += 1
+            return
         except (LedgerCorruptError, UsageError) as exc:
-            # A broken chain, or components this worker may not or cannot rebuild: the task's
-            # own fault, told in one line. Its lease stays taken until it expires, as below.
+            # A broken chain, or a misuse the drive ran into: the task's own fault, told in
+            # one line. Its lease stays taken until it expires, as below.
             report.failed += 1
             log.error(  # noqa: TRY400 - the message is the whole story; no traceback to add
                 "task %s refused: %s; it stays in the store, its lease held until it expires",
@@ -392,26 +574,87 @@ class _Shared:
         state = await ledger.state(claimed.task_id)
         if state.terminal:
             return state
-        opened = (
-            self.agent_for(state)
-            if self.agent_for is not None
-            else contextlib.nullcontext(self.agent or rebuild(state.created.components, {}))
-        )
-        async with opened as agent:
-            driver = await driver_for(
-                ledger,
-                state,
-                agent,
-                rails=self.rails,
-                clock=self.clock,
-                experience=self.experience,
-                owner=self.report.owner,
-                lease_s=self.lease_s,
-                lease=claimed,
-                drain=self.drain,
-                hold_on_error=True,
-                waits=False,
-            )
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                agent = await stack.enter_async_context(self._agent_of(state))
+                driver = await driver_for(
+                    ledger,
+                    state,
+                    agent,
+                    rails=self.rails,
+                    clock=self.clock,
+                    experience=self.experience,
+                    owner=self.report.owner,
+                    lease_s=self.lease_s,
+                    lease=claimed,
+                    drain=self.drain,
+                    hold_on_error=True,
+                    waits=False,
+                )
+            except (StoreError, LeaseError):
+                raise  # the store's trouble, not the task's: handled as any failed drive
+            except Exception as exc:
+                raise _NotStarted(await self._not_started(ledger, state, claimed, exc)) from exc
             final = await driver.steps()
         await learn_from(self.experience, final)
         return final
+
+    def _agent_of(self, state: TaskState) -> contextlib.AbstractAsyncContextManager[Agent]:
+        """The claimed task's agent, for its drive: the worker's, opened, or rebuilt."""
+        if self.agent is not None and self.agent_for is None:
+            return contextlib.nullcontext(self.agent)
+        use_import_roots(state.created.components)
+        if self.agent_for is not None:
+            return self.agent_for(state)
+        return contextlib.nullcontext(rebuild(state.created.components, {}))
+
+    async def _not_started(
+        self, ledger: Ledger, state: TaskState, claimed: Lease, exc: Exception
+    ) -> TaskState:
+        """Record a drive that could not start, let its lease go, end the task after N tries.
+
+        The ``start_failed`` event names the cause and this worker; with the policy's
+        ``start_attempts`` reached, the task ends ``failed``/``agent_unavailable`` in the same
+        write. The lease is released whatever happens to that write, and this worker waits
+        before it drives the task again.
+        """
+        task_id = claimed.task_id
+        cause = start_cause(exc)
+        failed = StartFailed(
+            owner=claimed.owner,
+            epoch=claimed.epoch,
+            host=socket.gethostname(),
+            process=os.getpid(),
+            cause=cause,
+        )
+        attempts = state.failed_starts + 1
+        try:
+            for _ in range(3):  # another writer (a cancel) may move the task on meanwhile
+                attempts = state.failed_starts + 1
+                try:
+                    state, _ = await ledger.write(
+                        task_id, _start_failure(state, failed, attempts), fence=claimed
+                    )
+                    break
+                except ConflictError:
+                    ledger.forget(task_id)
+                    state = await ledger.state(task_id)
+                    if state.terminal:
+                        break
+        except PevError:
+            log.exception("task %s: recording that its drive could not start failed", task_id)
+        finally:
+            await self._release(ledger, claimed)
+        self.backoff.note(task_id, attempts)
+        ended = state.finished
+        log.error(
+            "task %s: its drive could not start (attempt %d of %d): %s; %s",
+            task_id,
+            attempts,
+            state.policy.start_attempts,
+            cause,
+            f"it ended {ended.status}/{ended.reason}"
+            if ended is not None
+            else "lease released, to be tried again",
+        )
+        return state

@@ -34,6 +34,7 @@ class TerminalReason(StrEnum):
     REJECTED = "rejected"
     APPROVAL_EXPIRED = "approval_expired"
     CANCELLED = "cancelled"
+    AGENT_UNAVAILABLE = "agent_unavailable"
 
 
 # Which reasons each terminal status can carry (docs/design.md §3.4). A partial result is only

@@ -63,6 +63,7 @@ __all__ = [
     "RevisionKind",
     "RevisionStarted",
     "RoundExecuted",
+    "StartFailed",
     "TaskCreated",
     "TaskFinished",
     "UnwindStarted",
@@ -478,6 +479,31 @@ class DriverStarted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StartFailed:
+    """A driver took the task's lease but could not start driving it; it let the lease go.
+
+    Its agent could not be rebuilt (a module that does not import, a path that names nothing),
+    an MCP server of the task would not start, or anything else failed before the drive's first
+    step. After the policy's ``start_attempts`` such failures in a row (with no drive started
+    between them), the task ends ``failed``/``agent_unavailable`` in the same write.
+
+    Attributes:
+        owner: The driver's lease owner id.
+        epoch: The fencing epoch of the lease it held.
+        host: The machine it runs on.
+        process: Its process id.
+        cause: What failed, in one line (the error's type and message, never a traceback).
+    """
+
+    kind: ClassVar[Literal["start_failed"]] = "start_failed"
+    owner: str
+    epoch: int
+    host: str = ""
+    process: int = 0
+    cause: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalRequested:
     """A revision waits for a person's approval before anything of it is dispatched.
 
@@ -577,6 +603,7 @@ Event: TypeAlias = (
     | AwaitingReplan
     | CancelRequested
     | DriverStarted
+    | StartFailed
     | ApprovalRequested
     | Approved
     | Rejected

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import os
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
 
@@ -21,6 +21,7 @@ from pev.errors import (
     ConflictError,
     LeaseLost,
     StateError,
+    StoreUnavailable,
     UnknownTaskError,
     UsageError,
 )
@@ -33,6 +34,7 @@ from pev.ledger._phases import TaskPhase
 from pev.ledger._state import TaskState, apply
 from pev.ledger._store import Store
 from pev.ledger._summary import TaskSummary, summarize, task_title
+from pev.ledger._unanswered import Unanswered, settle
 from pev.ledger._verify import verify_task
 from pev.model import JsonValue, TaskId, VerificationContract, VerificationMode
 from pev.policy import RecoveryPolicy
@@ -81,6 +83,14 @@ class _Head(NamedTuple):
     keyed: bool  # the head entry is sealed with the ledger key
 
 
+class _Kept(NamedTuple):
+    """An append whose outcome the store never told: the append, the head it makes, its send."""
+
+    pending: Unanswered
+    made: _Head
+    send: Callable[[], Awaitable[None]]
+
+
 class Ledger:
     """Append-only task ledgers over a :class:`Store`.
 
@@ -115,6 +125,8 @@ class Ledger:
         self._clock = clock
         self._key = ledger_key() if key is _Environment.KEY else ledger_key(key or b"")
         self._heads: dict[str, _Head] = {}
+        # Appends whose outcome the store never told, with the head each would make.
+        self._unanswered: dict[str, _Kept] = {}
 
     def _keep(self, task_id: str, head: _Head) -> _Head:
         """Remember ``head`` as the task's latest, dropping the least recently kept past HEADS."""
@@ -275,6 +287,17 @@ class Ledger:
         """Fold, seal and append ``events`` after ``head`` (``None``: a new task's first)."""
         if not events and head is not None:
             return head.state, ()
+        kept = self._unanswered.pop(task_id, None)
+        if kept is not None:
+            done = await self._settle_kept(task_id, events, kept)
+            if done is not None:
+                return done
+            head = self._heads.get(task_id)
+            if head is None:
+                try:
+                    head = await self._head(task_id)
+                except UnknownTaskError:
+                    head = None  # a new task's first append, which did not land
         if head is not None and head.keyed and self._key is None:
             raise UsageError(
                 f"task {task_id}: its ledger is sealed with a key, and this ledger has none; set "
@@ -298,17 +321,58 @@ class Ledger:
         )
         title = head.title if head is not None else task_title(new_state.created)
         summary = summarize(new_state, head_hash=entries[-1].hash, title=title)
-        try:
+        last = entries[-1]
+        made = _Head(new_state, last.seq, last.hash, title, self._key is not None)
+
+        async def send() -> None:
             await self._store.append(entries, summary, fence=fence)
+
+        try:
+            try:
+                await send()
+            except StoreUnavailable as exc:
+                # The answer was lost: find out whether it landed before sending it again.
+                pending = Unanswered(tuple(events), entries, head.seq if head is not None else 0)
+                try:
+                    await settle(self._store, pending, send, first=exc)
+                except StoreUnavailable:
+                    self._unanswered[task_id] = _Kept(pending, made, send)
+                    raise
         except BaseException:
             # Another writer moved the task on (ConflictError, LeaseLost), or this append's
             # outcome is unknown (cancelled while it waited for a shared commit, a commit whose
             # answer was lost): the task's head is read from the store again when next needed.
             self._heads.pop(task_id, None)
             raise
-        last = entries[-1]
-        self._keep(task_id, _Head(new_state, last.seq, last.hash, title, self._key is not None))
+        self._keep(task_id, made)
         return new_state, entries
+
+    async def _settle_kept(
+        self, task_id: str, events: Sequence[Event], kept: _Kept
+    ) -> tuple[TaskState, tuple[LedgerEntry, ...]] | None:
+        """Settle an append whose outcome was unknown, before anything else is written.
+
+        Returns:
+            The append's state and entries when ``events`` are its very events and they are
+            now stored (landed at the time, or sent again with their fence); ``None`` when
+            ``events`` are still to be written (after the kept append, if it landed).
+
+        Raises:
+            StoreUnavailable: The store still does not answer; the append stays kept.
+        """
+        again = tuple(events) == kept.pending.events
+        try:
+            stored = await settle(self._store, kept.pending, kept.send if again else None)
+        except StoreUnavailable:
+            self._unanswered[task_id] = kept
+            raise
+        except ConflictError:
+            stored = False  # another writer's events follow the head instead
+        if not stored:
+            self._heads.pop(task_id, None)
+            return None
+        self._keep(task_id, kept.made)
+        return (kept.made.state, kept.pending.entries) if again else None
 
     async def entries(self, task_id: str) -> tuple[LedgerEntry, ...]:
         """Every stored entry of the task, in order.

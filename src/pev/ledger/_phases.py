@@ -102,6 +102,7 @@ ALLOWED_PHASES: Mapping[str, frozenset[TaskPhase]] = MappingProxyType(
         "awaiting_replan": frozenset({TaskPhase.VERIFYING, TaskPhase.PLANNING}),
         "cancel_requested": _LIVE - {TaskPhase.CANCELLING, TaskPhase.COMPENSATING},
         "driver_started": _LIVE,
+        "start_failed": _LIVE,
         "approval_requested": frozenset({TaskPhase.EXECUTING}),
         "approved": frozenset({TaskPhase.AWAITING_APPROVAL}),
         "rejected": frozenset({TaskPhase.AWAITING_APPROVAL}),

@@ -44,6 +44,7 @@ from pev.ledger._events import (
     RevisionKind,
     RevisionStarted,
     RoundExecuted,
+    StartFailed,
     TaskCreated,
     TaskFinished,
     UnwindStarted,
@@ -153,6 +154,8 @@ class TaskState:
         replan_deadline: When the current replan must have begun.
         cancel_reason: Why a cancel was requested, once one was.
         drivers: Who drove each stretch of the task, in order (one event per lease epoch).
+        start_failures: Every drive that could not start, in order.
+        failed_starts: How many drives failed to start since the last one that started.
         approvals: Every request for approval, in order (one per revision that asked).
         reviews: Every approval and rejection of a revision, in order.
         finished: The final event, once the task ended.
@@ -185,6 +188,8 @@ class TaskState:
     replan_deadline: datetime | None = None
     cancel_reason: str | None = None
     drivers: tuple[DriverStarted, ...] = ()
+    start_failures: tuple[StartFailed, ...] = ()
+    failed_starts: int = 0
     approvals: tuple[ApprovalRequested, ...] = ()
     reviews: tuple[Approved | Rejected, ...] = ()
     finished: TaskFinished | None = None
@@ -397,7 +402,12 @@ def _changes(state: TaskState, event: Event, *, at: datetime | None) -> dict[str
                     event,
                     f"epoch {event.epoch} does not follow epoch {state.drivers[-1].epoch}",
                 )
-            return {"drivers": (*state.drivers, event)}
+            return {"drivers": (*state.drivers, event), "failed_starts": 0}
+        case StartFailed():
+            return {
+                "start_failures": (*state.start_failures, event),
+                "failed_starts": state.failed_starts + 1,
+            }
         case ApprovalRequested():
             _require_revision(state, event, event.revision)
             if any(request.revision == event.revision for request in state.approvals):

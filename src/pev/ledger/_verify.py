@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pev.errors import StateError, StoreError, UnknownTaskError
+from pev.errors import StateError, StoreError, StoreUnavailable, UnknownTaskError
 from pev.ledger._checks import ChainReport, verify_raw
 from pev.ledger._events import RawEntry
 from pev.ledger._state import TaskState, apply
@@ -27,6 +27,7 @@ async def verify_task(
 
     Raises:
         UnknownTaskError: Neither the task index nor the events know the task.
+        StoreUnavailable: The store did not answer (a transient fault, not damage).
     """
     read = await _read(store, task_id)
     if isinstance(read, ChainReport):
@@ -82,15 +83,24 @@ _SETTLE_READS = 3
 async def _read(
     store: Store, task_id: str
 ) -> tuple[TaskSummary | None, tuple[RawEntry, ...]] | ChainReport:
-    """The task's index row, then its stored events; a report if either cannot be read."""
+    """The task's index row, then its stored events; a report if either cannot be decoded.
+
+    Raises:
+        StoreUnavailable: The store did not answer: nothing is known of the chain, so this is
+            raised, never reported as damage.
+    """
     try:
         summary = await store.summary(task_id)
+    except StoreUnavailable:
+        raise
     except (StoreError, ValueError) as exc:
         return _bad(task_id, 0, None, f"the task index row of task {task_id} cannot be read: {exc}")
     try:
         entries = await store.read_raw(task_id)
     except UnknownTaskError:
         entries = ()
+    except StoreUnavailable:
+        raise
     except StoreError as exc:
         return _bad(task_id, 0, None, f"the events of task {task_id} cannot be read: {exc}")
     return summary, entries

@@ -42,6 +42,7 @@ except ImportError as exc:  # exercised with the SDK hidden, in the tests
 
 from pev._json import thaw_json
 from pev.chat import ChatMessage, ChatReply, ChatRequest, LLMError
+from pev.engine._redact import Redactor, remember
 from pev.errors import UsageError
 
 __all__ = ["DEFAULT_MAX_TOKENS", "OpenAIChat", "StructuredOutput"]
@@ -186,6 +187,8 @@ class OpenAIChat:
             else timeout_s * (max_retries + 1) + _longest_backoff(max_retries)
         )
         self._secret = key
+        if key != LOCAL_PLACEHOLDER_KEY:  # a key given as api_key= is redacted from logs too
+            remember(Redactor.of({key: "api_key"}))
         self._client = openai.AsyncOpenAI(
             api_key=key,
             base_url=base_url,

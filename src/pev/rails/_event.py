@@ -61,8 +61,8 @@ class RailPhase(StrEnum):
 # (superseded), the call that undoes one (a compensation, started and finished like a node), and
 # a failing task that undoes its effects before it ends (unwind_started).
 # Every kind missing here (replan_started, node_progressed, node_skipped, capture_failed,
-# awaiting_replan, cancel_requested, driver_started, and any kind a later pev adds) is
-# bookkeeping inside a phase, and no rail hears of it.
+# awaiting_replan, cancel_requested, driver_started, start_failed, and any kind a later pev
+# adds) is bookkeeping inside a phase, and no rail hears of it.
 PHASES_OF_EVENT: Mapping[str, tuple[RailPhase, ...]] = MappingProxyType(
     {
         "task_created": (RailPhase.TASK_STARTED,),

@@ -3,8 +3,9 @@
 :func:`drivers_on_ray` is ``pev worker`` spread over a Ray cluster: each driver is a Ray actor
 that runs :func:`pev.worker` against the ledger, so it claims runnable tasks and drives them
 under the leases of docs/workers.md. The function itself is the drivers' supervisor, in the
-calling process: it keeps the number of drivers asked for running, and stops them all when told
-to.
+calling process: it pins one driver to each live node (Ray's hard node affinity, so that no
+node's loss takes every driver), starts one on a node that joins, and stops them all when told
+to: by its ``stop`` event, SIGTERM or Ctrl-C, after which each drains as ``pev worker`` does.
 
 What decides who drives a task is the ledger, never Ray:
 
@@ -22,13 +23,18 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
+import signal
 import sys
-from collections.abc import Mapping
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 import ray.exceptions as rex
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from pev.engine import WorkerReport, worker
 from pev.engine._tenure import new_owner
@@ -46,9 +52,14 @@ log = logging.getLogger("pev.ray")
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
 # Ray options the supervisor decides: a lost driver is replaced by it, never restarted by Ray.
 _FIXED_OPTIONS = {"max_restarts": 0, "max_task_retries": 0}
-# Options that would make several drivers collide (one name), or outlive their supervisor.
-_REFUSED_OPTIONS = ("name", "lifetime", "get_if_exists")
-# How long a driver that has not started yet (its node still being found) is given to start
+# Options that would make several drivers collide (one name), outlive their supervisor, or
+# place them otherwise than one on each node (the supervisor pins each to its node).
+_REFUSED_OPTIONS = ("name", "lifetime", "get_if_exists", "scheduling_strategy")
+# How often the supervisor looks at the cluster's live nodes: a node that joined gets a driver.
+_WATCH_NODES_S = 2.0
+# What stops the drivers (they drain) instead of ending the process: `kill`, and Ctrl-C.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# How long a driver that has not started yet (waiting for room on its node) is given to start
 # when the drivers stop; one still waiting then is removed: it has claimed nothing.
 _START_GRACE_S = 2.0
 # A driver lost before it started (no node could run it, its process failed to start) is
@@ -78,12 +89,12 @@ class LostDriver:
 
     Attributes:
         owner: Its lease owner id (``None``: it was lost before it started).
-        node_id: The Ray node it ran on (``None``: it was lost before it started).
+        node_id: The Ray node it was pinned to (hex).
         error: What Ray said, in one line.
     """
 
     owner: str | None
-    node_id: str | None
+    node_id: str
     error: str
 
 
@@ -94,7 +105,8 @@ class DriversReport:
     Attributes:
         drivers: The reports of the drivers that were running when told to stop.
         lost: The drivers lost on the way (a node or a process died).
-        replaced: Drivers started in place of lost ones.
+        replaced: Drivers started after the first ones: in place of lost ones, and on
+            nodes that joined the cluster later.
     """
 
     drivers: list[DriverReport] = field(default_factory=list)
@@ -191,16 +203,19 @@ async def drivers_on_ray(
     log_level: int | None = None,
     gc_threshold: tuple[int, int, int] | None = None,
     stop: asyncio.Event | None = None,
+    handle_signals: bool = True,
 ) -> DriversReport:
     """Run task drivers as Ray actors over the PostgreSQL ledger ``db`` until ``stop`` is set.
 
     Each driver is a Ray actor running :func:`pev.worker` on the ledger: it claims runnable
-    tasks and drives them under their leases. This coroutine supervises them: a driver that is
-    lost (its node or process died) is logged (logger ``pev.ray``) and replaced; its tasks are
-    taken over by another driver once their leases expire, and an action it left in flight is
-    settled as crash recovery does, never sent again. Set ``stop`` to end: every driver claims
-    nothing more, lets its running nodes reach their terminal records within their timeouts,
-    and releases its leases.
+    tasks and drives them under their leases. This coroutine supervises them: each driver is
+    pinned to one live node (by default one on every node that can hold one, a node that joins
+    later included); a driver that is lost (its node or process died) is logged (logger
+    ``pev.ray``) and, on a node still alive, replaced. Its tasks are taken over by another
+    driver once their leases expire, and an action it left in flight is settled as crash
+    recovery does, never sent again. Set ``stop``, or send the process SIGTERM or SIGINT, to
+    end: every driver claims nothing more, lets its running nodes reach their terminal records
+    within their timeouts, and releases its leases; then the report is returned.
 
     The agents' modules must import on every node that runs a driver (installed there, or on
     the same path as here: Ray puts this process's working directory on its workers' path).
@@ -209,14 +224,16 @@ async def drivers_on_ray(
         db: The ledger: a ``postgresql://`` URL every node reaches.
         address: The Ray cluster to join unless this process has called ``ray.init``:
             ``"auto"``, ``host:port`` or ``ray://...``; ``None``: Ray's default.
-        drivers: How many drivers to keep running; default: one per node that can hold one
-            (see ``actor_options``) among the nodes alive at the start.
+        drivers: How many drivers to keep running, each started on the live node that has the
+            fewest; default: one on each live node that can hold one (see ``actor_options``),
+            the nodes that join later included.
         concurrency: The most tasks each driver drives at once.
         lease_s: The lease of the tasks the drivers drive; default: each task's policy's.
         poll_s: The longest an idle driver waits before it looks for tasks again.
         actor_options: Ray actor options for the drivers (``.options()``), over the defaults
-            ``scheduling_strategy="SPREAD"``, ``max_restarts=0`` and ``max_task_retries=0``;
-            say where drivers may run with resources, e.g. ``{"resources": {"pev_driver": 1}}``.
+            ``max_restarts=0`` and ``max_task_retries=0``; say which nodes may run drivers with
+            resources, e.g. ``{"resources": {"pev_driver": 1}}``. ``scheduling_strategy`` is
+            refused: each driver is pinned to its node.
         experience: Each driver plans with the lessons of the ledger's store and records the
             tasks it ends there (a :class:`~pev.experience.LessonBook`), as ``pev worker`` does.
         log_level: When set, each driver logs pev's messages at that level and above on its
@@ -225,14 +242,19 @@ async def drivers_on_ray(
             these thresholds (``gc.set_threshold``), as ``pev worker`` does for its own
             (docs/performance.md); ``None`` leaves them as Python sets them.
         stop: Set it to stop every driver.
+        handle_signals: While this runs in the main thread, SIGTERM and SIGINT set ``stop``
+            (over Ray's own SIGTERM handler, which would exit at once with status 15, leaving
+            the drivers' work in flight and no report); the previous handlers are put back
+            after. ``False`` leaves signals to the caller, who must then install its handlers
+            after joining Ray (``ray.init`` replaces the SIGTERM handler).
 
     Returns:
         What the drivers did.
 
     Raises:
         UsageError: ``db`` is not a PostgreSQL URL; an option (``gc_threshold`` too) is out of
-            range; an actor option would let Ray restart or retry a driver; no live node could
-            hold a driver.
+            range; an actor option would let Ray restart or retry a driver, or place it
+            otherwise; no live node could hold a driver.
         RayUnavailable: The Ray cluster cannot be joined.
         StoreError: The ledger cannot be used from here.
     """
@@ -256,16 +278,18 @@ async def drivers_on_ray(
     connect(address)
     placement = _placement(options)
     nodes = live_nodes()
-    hosts = holding(nodes, placement)
-    if hosts == 0:
+    if holding(nodes, placement) == 0:
         raise UsageError(
             f"no driver can be placed: {no_room(nodes, placement)}; give the drivers' nodes "
             "those resources (`ray start --resources`), or place the drivers otherwise with "
             "actor_options"
         )
     settings = _Settings(db, concurrency, lease_s, poll_s, experience, log_level, gc_threshold)
-    supervisor = _Supervisor(settings, options)
-    return await supervisor.run(hosts if drivers is None else drivers, stop or asyncio.Event())
+    supervisor = _Supervisor(settings, options, placement, drivers)
+    stop = stop or asyncio.Event()
+    # After connect(): ray.init has installed its own SIGTERM handler, which this replaces.
+    with _stopped_by_signals(stop, handle=handle_signals):
+        return await supervisor.run(stop)
 
 
 def _check_numbers(
@@ -281,13 +305,19 @@ def _check_numbers(
 
 def _actor_options(given: Mapping[str, Any] | None) -> dict[str, Any]:
     """The drivers' actor options: the defaults, with ``given`` over them (checked)."""
-    options: dict[str, Any] = {"scheduling_strategy": "SPREAD", **_FIXED_OPTIONS}
+    options: dict[str, Any] = dict(_FIXED_OPTIONS)
     for key, value in (given or {}).items():
         if key in _FIXED_OPTIONS and value != _FIXED_OPTIONS[key]:
             raise UsageError(
                 f"actor_options: {key}={value!r} is refused; drivers run with {key}=0: a lost "
                 "driver is replaced by the supervisor, and its tasks are taken over by another "
                 "driver under their leases, never re-run by Ray"
+            )
+        if key == "scheduling_strategy":
+            raise UsageError(
+                "actor_options: 'scheduling_strategy' is refused; the supervisor pins each "
+                "driver to one live node, so that no node's loss takes every driver; say which "
+                'nodes may run drivers with resources, e.g. {"resources": {"pev_driver": 1}}'
             )
         if key in _REFUSED_OPTIONS:
             raise UsageError(
@@ -299,53 +329,85 @@ def _actor_options(given: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _placement(options: Mapping[str, Any]) -> dict[str, float]:
-    """What one driver takes of a node, by Ray's resource names."""
+    """What one driver needs of a node to be placed there, by Ray's resource names.
+
+    Ray places an actor only on a node with a CPU, even one that holds none while it runs (its
+    default); one that names a custom resource holds that CPU for its lifetime.
+    """
     needed = {
         RAY_NAMES.get(key, key): float(options[key])
         for key in PLACEMENT_RESOURCES
         if options.get(key) is not None
     }
     needed.update({key: float(amount) for key, amount in (options.get("resources") or {}).items()})
-    if "CPU" not in needed and set(needed) - {"memory"}:
-        needed["CPU"] = 1.0  # Ray's default for an actor that names any resource
+    needed.setdefault("CPU", 1.0)
     return {key: amount for key, amount in needed.items() if amount > 0}
+
+
+def _driver_nodes(placement: Mapping[str, float]) -> list[str]:
+    """The ids of the live nodes that could hold a driver, in a fixed order."""
+    listed: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return sorted(
+        node["NodeID"]
+        for node in listed
+        if node.get("Alive") and holding([node["Resources"]], placement)
+    )
 
 
 @dataclass(eq=False, slots=True)
 class _Slot:
-    """One driver the supervisor runs: its actor, and its ``where`` and ``run`` calls."""
+    """One driver the supervisor runs: its actor, pinned to ``node_id``, and its calls."""
 
     handle: Any
+    node_id: str
     where: asyncio.Future[Any]
     running: asyncio.Future[Any]
-    node_id: str | None = None
-    owner: str | None = None
+    owner: str | None = None  # known once it has started
 
 
 class _Supervisor:
-    """Keeps ``count`` drivers running until ``stop``; replaces the ones that are lost."""
+    """Keeps drivers running on the live nodes until ``stop``, each pinned to its node.
 
-    def __init__(self, settings: _Settings, options: Mapping[str, Any]) -> None:
+    ``count=None``: one driver on every live node that can hold one, a node that joins later
+    included. ``count=N``: N drivers, each started on the live node that has the fewest. A
+    driver whose node is lost is noted; a new one starts on a live node only if the count asks
+    for it (never a second one on a node for the default count).
+    """
+
+    def __init__(
+        self,
+        settings: _Settings,
+        options: Mapping[str, Any],
+        placement: Mapping[str, float],
+        count: int | None,
+    ) -> None:
         self._settings = settings
         self._options = options
+        self._placement = placement
+        self._count = count
         self._report = DriversReport()
         self._slots: list[_Slot] = []
-        self._due: list[float] = []  # when to start each replacement (loop time)
+        self._started = 0
+        self._first = 0  # drivers started by the first placement; the others are "replaced"
+        self._not_before: dict[str, float] = {}  # a node whose driver failed to start: backoff
         self._backoff_s = _FIRST_BACKOFF_S
+        self._waiting_for_nodes = False
 
-    async def run(self, count: int, stop: asyncio.Event) -> DriversReport:
+    async def run(self, stop: asyncio.Event) -> DriversReport:
         log.info(
-            "starting %d driver(s) on Ray over %s (concurrency %d each)",
-            count,
+            "starting %s on Ray over %s (concurrency %d each)",
+            "one driver per node" if self._count is None else f"{self._count} driver(s)",
             _hidden(self._settings.db),
             self._settings.concurrency,
         )
-        self._slots = [self._start() for _ in range(count)]
         try:
+            await self._place()
+            self._first = self._started
             await self._supervise(stop)
         finally:
             await self._stop_all()
         report = self._report
+        report.replaced = self._started - self._first
         log.info(
             "drivers stopped: %d claimed, %d ended, %d drained, %d failed; %d lost, %d replaced",
             sum(driver.worker.claimed for driver in report.drivers),
@@ -357,53 +419,71 @@ class _Supervisor:
         )
         return report
 
-    def _start(self) -> _Slot:
+    async def _place(self) -> None:
+        """Start a driver wherever the live nodes lack one (see the class)."""
+        nodes = await asyncio.to_thread(_driver_nodes, self._placement)
+        now = asyncio.get_running_loop().time()
+        held = Counter(slot.node_id for slot in self._slots if slot.node_id in nodes)
+        wanted = len(nodes) if self._count is None else self._count
+        ready = [node for node in nodes if self._not_before.get(node, -math.inf) <= now]
+        while sum(held.values()) < wanted and ready:
+            node = min(ready, key=lambda node: (held[node], node))
+            if self._count is None and held[node]:
+                break  # every node that may start one now has one
+            self._slots.append(self._start(node))
+            held[node] += 1
+        missing = wanted - sum(held.values())
+        if missing > 0 and not self._waiting_for_nodes and not nodes:
+            log.warning(
+                "no live node of the Ray cluster can hold a driver now; %d driver(s) start "
+                "when one joins",
+                missing,
+            )
+        self._waiting_for_nodes = not nodes
+
+    def _start(self, node_id: str) -> _Slot:
+        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
         # Ray's types see the actor's methods as plain ones, without .remote().
-        handle: Any = _DriverActor.options(**self._options).remote(self._settings)
+        actor: Any = _DriverActor.options(**self._options, scheduling_strategy=strategy)
+        handle = actor.remote(self._settings)
         where = asyncio.wrap_future(handle.where.remote().future())
         running = asyncio.wrap_future(handle.run.remote().future())
         for call in (where, running):  # what a call raised is read later, or not at all
             call.add_done_callback(_retrieved)
-        return _Slot(handle, where, running)
+        self._started += 1
+        return _Slot(handle, node_id, where, running)
 
     async def _supervise(self, stop: asyncio.Event) -> None:
-        loop = asyncio.get_running_loop()
         stopping = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():
-                while self._due and self._due[0] <= loop.time():
-                    self._due.pop(0)
-                    self._slots.append(self._start())
-                    self._report.replaced += 1
                 waiting: set[asyncio.Future[Any]] = {stopping}
                 for slot in self._slots:
                     waiting.add(slot.running)
-                    if slot.node_id is None and not slot.where.done():
+                    if slot.owner is None and not slot.where.done():
                         waiting.add(slot.where)
-                timeout = max(0.0, self._due[0] - loop.time()) if self._due else None
-                await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    waiting, timeout=_WATCH_NODES_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                if stop.is_set():
+                    return
                 for slot in list(self._slots):
                     self._note_start(slot)
-                    if slot.running.done() and not stop.is_set():
+                    if slot.running.done():
                         self._slots.remove(slot)
                         self._ended(slot)
-                        pause = 0.0 if slot.node_id is not None else self._next_backoff()
-                        self._due.append(loop.time() + pause)
-                        self._due.sort()
+                await self._place()
         finally:
             stopping.cancel()
 
     def _note_start(self, slot: _Slot) -> None:
-        """Note where a driver started, once it says so."""
-        if slot.node_id is not None or not slot.where.done() or slot.where.exception():
+        """Note that a driver started, once it says so."""
+        if slot.owner is not None or not slot.where.done() or slot.where.exception():
             return
-        slot.node_id, slot.owner = slot.where.result()
+        _, slot.owner = slot.where.result()
+        self._not_before.pop(slot.node_id, None)
         self._backoff_s = _FIRST_BACKOFF_S
         log.info("driver %s started on Ray node %s", slot.owner, slot.node_id)
-
-    def _next_backoff(self) -> float:
-        pause, self._backoff_s = self._backoff_s, min(self._backoff_s * 2, _LAST_BACKOFF_S)
-        return pause
 
     def _ended(self, slot: _Slot) -> None:
         """A driver ended without being told to: note it as lost, or raise what it raised."""
@@ -415,24 +495,33 @@ class _Supervisor:
             self._lost(slot, exc)
         except rex.RayTaskError as exc:  # run() itself raised: a fault that no node fixes
             raise _driver_failed(slot, exc) from exc
-        except rex.RayError as exc:  # its result lost with its node, say
+        except rex.RayError as exc:  # its result lost with its node, its node gone, say
             self._lost(slot, exc)
         else:  # a worker ends only when told to; note what it did
             log.warning("driver %s ended before it was told to stop", slot.owner)
             self._report.drivers.append(result)
+        if slot.owner is None:  # it never started: a node that cannot start one, for now
+            pause, self._backoff_s = self._backoff_s, min(self._backoff_s * 2, _LAST_BACKOFF_S)
+            self._not_before[slot.node_id] = asyncio.get_running_loop().time() + pause
 
-    def _lost(self, slot: _Slot, exc: BaseException, *, replaced: bool = True) -> None:
+    def _lost(self, slot: _Slot, exc: BaseException, *, stopping: bool = False) -> None:
         lost = LostDriver(owner=slot.owner, node_id=slot.node_id, error=_line(exc))
         self._report.lost.append(lost)
         with contextlib.suppress(Exception):  # an actor that is only unreachable is ended too
             ray.kill(slot.handle, no_restart=True)
+        if stopping:
+            then = ""
+        elif self._count is None:
+            then = "; a driver starts on each live node that lacks one"
+        else:
+            then = "; another starts on the live node that has the fewest"
         log.warning(
-            "driver %s on Ray node %s was lost (%s)%s; its tasks go to another driver once "
-            "their leases expire, and an action it left in flight is never re-sent",
+            "driver %s on Ray node %s was lost (%s); its tasks go to another driver once their "
+            "leases expire, and an action it left in flight is never re-sent%s",
             lost.owner or "(not started)",
-            lost.node_id or "(none yet)",
+            lost.node_id,
             lost.error,
-            "; starting another" if replaced else "",
+            then,
         )
 
     async def _stop_all(self) -> None:
@@ -442,12 +531,12 @@ class _Supervisor:
         for slot in slots:
             with contextlib.suppress(Exception):
                 told.append(asyncio.wrap_future(slot.handle.stop.remote().future()))
-        unstarted = [slot.where for slot in slots if slot.node_id is None]
+        unstarted = [slot.where for slot in slots if slot.owner is None]
         if unstarted:
             await asyncio.wait(unstarted, timeout=_START_GRACE_S)
         for slot in slots:
             self._note_start(slot)
-            if slot.node_id is None:  # still waiting for a node: it has claimed nothing
+            if slot.owner is None:  # still waiting for room on its node: it has claimed nothing
                 with contextlib.suppress(Exception):
                     ray.kill(slot.handle, no_restart=True)
         ended = await asyncio.gather(*(slot.running for slot in slots), return_exceptions=True)
@@ -457,10 +546,40 @@ class _Supervisor:
         for slot, result in zip(slots, ended, strict=True):
             if isinstance(result, DriverReport):
                 self._report.drivers.append(result)
-            elif slot.node_id is not None and isinstance(result, rex.RayError):
-                self._lost(slot, result, replaced=False)  # its node died while it drained
-            elif slot.node_id is not None and isinstance(result, BaseException):
+            elif slot.owner is not None and isinstance(result, rex.RayError):
+                self._lost(slot, result, stopping=True)  # its node died while it drained
+            elif slot.owner is not None and isinstance(result, BaseException):
                 log.error("driver %s failed while stopping: %s", slot.owner, _line(result))
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(stop: asyncio.Event, *, handle: bool) -> Iterator[None]:
+    """While the drivers run, SIGTERM and SIGINT set ``stop``; what was there is put back after.
+
+    Ray's ``ray.init`` installs its own SIGTERM handler, which exits the process at once
+    (status 15): the drivers would be ended with their tasks in flight and no report. Only the
+    main thread receives signals, so elsewhere (or with ``handle=False``) nothing changes.
+    """
+    if not handle or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    previous = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+
+    def told(signum: signal.Signals) -> None:
+        if not stop.is_set():
+            log.info("%s: the drivers claim nothing more and drain", signum.name)
+        stop.set()
+
+    for signum in _STOP_SIGNALS:
+        loop.add_signal_handler(signum, told, signum)
+    try:
+        yield
+    finally:
+        for signum in _STOP_SIGNALS:
+            loop.remove_signal_handler(signum)  # which sets Python's default, not what was there
+            if (earlier := previous[signum]) is not None:  # None: not set from Python
+                signal.signal(signum, earlier)
 
 
 def _retrieved(call: asyncio.Future[Any]) -> None:
@@ -474,10 +593,9 @@ def _driver_failed(slot: _Slot, exc: rex.RayError) -> BaseException:
     cause = exc.cause if isinstance(exc, rex.RayTaskError) else None
     if isinstance(cause, Exception):
         return cause
-    where = f" on Ray node {slot.node_id}" if slot.node_id else ""
     return RuntimeError(
-        f"a driver failed{where}: {_line(exc)}; pev (and the agents' modules) must import on "
-        "every node that runs a driver"
+        f"a driver failed on Ray node {slot.node_id}: {_line(exc)}; pev (and the agents' "
+        "modules) must import on every node that runs a driver"
     )
 
 

@@ -25,22 +25,30 @@ def is_url(target: str | os.PathLike[str]) -> bool:
     return isinstance(target, str) and _URL.match(target) is not None
 
 
-def open_store(target: str | os.PathLike[str]) -> Store:
+def open_store(target: str | os.PathLike[str], *, create: bool = True) -> Store:
     """The store ``target`` names: a PostgreSQL URL, or the path of an SQLite file.
 
     * ``postgresql://user:password@host:5432/dbname`` (or ``postgres://``): a
       :class:`~pev.stores.PostgresStore`, connected on first use. A ``schema`` query parameter
       (``...?schema=tenant_a``) names the PostgreSQL schema of its tables (``pev`` by default);
       every other parameter goes to libpq.
-    * anything else: the path of a :class:`~pev.stores.SQLiteStore` file (created if missing).
+    * anything else: the path of a :class:`~pev.stores.SQLiteStore` file.
+
+    Args:
+        target: The path or URL.
+        create: Make the ledger if there is none yet: the SQLite file (and its folder), or
+            pev's tables in an empty PostgreSQL schema. ``False`` for a program that only
+            reads: a missing ledger is then a :class:`~pev.errors.UsageError` (when the store
+            is opened, or on its first use) and nothing is created.
 
     Raises:
-        UsageError: ``target`` is a URL of another scheme, or a malformed PostgreSQL URL.
+        UsageError: ``target`` is a URL of another scheme, or a malformed PostgreSQL URL; with
+            ``create=False``, an SQLite file that does not exist.
         ImportError: A PostgreSQL URL without the ``postgres`` extra installed.
         StoreError: The SQLite file cannot be opened or is not a pev ledger.
     """
     if not is_url(target):
-        return SQLiteStore(target)
+        return SQLiteStore(target, create=create)
     written, rest = str(target).split("://", 1)
     scheme = written.lower()
     if scheme not in _POSTGRES_SCHEMES:
@@ -51,7 +59,9 @@ def open_store(target: str | os.PathLike[str]) -> Store:
     url, schema = _split_schema(f"{scheme}://{rest}")
     from pev.stores._postgres import PostgresStore  # noqa: PLC0415 - needs the postgres extra
 
-    return PostgresStore(url, schema=schema) if schema is not None else PostgresStore(url)
+    if schema is None:
+        return PostgresStore(url, create=create)
+    return PostgresStore(url, schema=schema, create=create)
 
 
 def _split_schema(url: str) -> tuple[str, str | None]:

@@ -4,12 +4,16 @@ The same contract as the SQLite store (docs/design.md §5.5), over psycopg 3 and
 connections: each append is one statement (a function of the schema) that locks the task's index
 row (``FOR UPDATE``), so appends, lease takeovers and heartbeats of one task take turns, and the
 fence of an append is checked under that lock; the primary key on (task id, sequence) turns a
-lost race into :class:`~pev.errors.ConflictError`. Appends issued together share one
-transaction, each in a subtransaction of its own (:mod:`pev.stores._group`). Events are kept as
-the canonical JSON text that was hashed, and triggers refuse any UPDATE, DELETE or TRUNCATE of
-them. Episodes and lessons are kept beside the ledgers (:mod:`pev.stores._postgres_lessons`).
-Every committed append notifies its task's followers, in any process
-(:mod:`pev.stores._follow`); an append written by no driver that leaves its task
+lost race into :class:`~pev.errors.ConflictError`. Lease changes and claims are single
+statements too, each its own transaction: a process frozen between two of its statements (a GC
+pause, SIGSTOP, a frozen VM) holds no lock meanwhile, so it keeps nobody from taking its tasks
+over once its leases expire (docs/workers.md). An error that says the server could not be
+reached or did not answer in time is :class:`~pev.errors.StoreUnavailable`. Appends issued
+together share one transaction, each in a subtransaction of its own (:mod:`pev.stores._group`).
+Events are kept as the canonical JSON text that was hashed, and triggers refuse any UPDATE,
+DELETE or TRUNCATE of them. Episodes and lessons are kept beside the ledgers
+(:mod:`pev.stores._postgres_lessons`). Every committed append notifies its task's followers, in
+any process (:mod:`pev.stores._follow`); an append written by no driver that leaves its task
 claimable wakes idle workers.
 
 The tables live in one PostgreSQL schema (``pev`` unless named), whose version is recorded; see
@@ -20,13 +24,16 @@ extra: ``pip install 'pev-agent[postgres]'``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
+from typing import Any
 
 from pev.errors import (
     ConflictError,
+    LeaseLost,
     StoreError,
+    StoreUnavailable,
     UnknownTaskError,
 )
 from pev.kernel import TaskStatus, TerminalReason
@@ -39,7 +46,6 @@ from pev.ledger import (
     TaskSummary,
     acquired,
     check_batch,
-    fenced,
     released,
     renewed,
 )
@@ -50,10 +56,10 @@ from pev.ledger._watch import TaskMark, WatchedStore
 from pev.model import TaskId
 from pev.stores._follow import Followers
 from pev.stores._group import GroupCommit
-from pev.stores._postgres_db import Cursor, Database, TupleRow
+from pev.stores._postgres_db import Database, TupleRow, unavailable_state
 from pev.stores._postgres_lessons import PostgresLessons
 from pev.stores._postgres_schema import RUNNABLE_TASKS
-from pev.stores._wakeups import UNCLAIMABLE_PHASES, TaskSignals
+from pev.stores._wakeups import TaskSignals
 
 __all__ = ["PostgresStore"]
 
@@ -70,34 +76,64 @@ _APPEND = (
 # keeps the first 64 of a transaction where every other session's snapshot sees them at no cost;
 # past that, their snapshots look each one up, for as long as the transaction lasts.
 _GROUP_LIMIT = 64
-# The task's index row, locked until the transaction ends: every write of a task takes it first.
-_LOCK_TASK = (
-    "SELECT event_count, head_hash, phase, status, reason, title, replan_deadline "
-    "FROM {s}.pev_tasks WHERE task_id = %s FOR UPDATE"
-)
+# Lease changes and claims: each statement below is its own transaction (the pool's connections
+# autocommit), so none leaves a lock held while its process runs Python, or is frozen. The rules
+# stay in pev.ledger._lease: a change reads the lease, computes the next one there, and writes
+# it only if the lease is still the one it read (compare and set), under the task's index row
+# lock, the lock every append of the task takes first; if another writer changed it meanwhile,
+# the change is computed again from what it wrote.
 _SELECT_LEASE = "SELECT owner, epoch, expires_at FROM {s}.pev_leases WHERE task_id = %s"
-_UPSERT_LEASE = (
-    "INSERT INTO {s}.pev_leases (task_id, owner, epoch, expires_at) VALUES (%s, %s, %s, %s) "
+# The task's phase (no row: no such task) and its lease (NULLs: none).
+_READ_LEASE = (
+    "SELECT t.phase, l.owner, l.epoch, l.expires_at FROM {s}.pev_tasks t "
+    "LEFT JOIN {s}.pev_leases l ON l.task_id = t.task_id WHERE t.task_id = %(task)s"
+)
+# Writes the lease if the task's current one is still ``was`` (none: was_owner NULL); when asked
+# (``wake``) and the task is left claimable, wakes the workers once committed. Answers the task's
+# phase (NULL: no such task) and whether the lease was written.
+_SWAP_LEASE = (
+    "WITH task AS (SELECT task_id, phase FROM {s}.pev_tasks WHERE task_id = %(task)s "  # noqa: S608 - constants
+    "FOR UPDATE), "
+    "written AS (INSERT INTO {s}.pev_leases AS l (task_id, owner, epoch, expires_at) "
+    "SELECT task_id, %(owner)s::text, %(epoch)s::bigint, %(expires)s::timestamptz FROM task "
     "ON CONFLICT (task_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
-    "expires_at = excluded.expires_at"
+    "expires_at = excluded.expires_at WHERE l.owner = %(was_owner)s::text "
+    "AND l.epoch = %(was_epoch)s::bigint AND l.expires_at = %(was_expires)s::timestamptz "
+    "RETURNING l.task_id) "
+    "SELECT (SELECT phase FROM task), EXISTS (SELECT FROM written), "
+    "(SELECT count(pg_notify(%(channel)s, '')) FROM written, task "
+    f"WHERE %(wake)s::boolean AND task.{RUNNABLE_TASKS})"
 )
-# Runnable tasks, oldest first, their index rows locked; rows another transaction holds (an
-# append, a lease change, another claim) are skipped. The lease read here may be older than the
-# lock (a lease taken and committed after this statement began), so it is read again after it.
-# The condition on the phase is the claimable-tasks index's own, spelled out, so that the search
+# How many times in a row a lease change may find its lease changed by another writer between
+# its read and its write before it gives up (StoreUnavailable): each time, another one got on.
+_SWAP_TRIES = 50
+# A claim's search: runnable tasks whose lease is free, oldest first, with their lease. The
+# condition on the phase is the claimable-tasks index's own, spelled out, so that the search
 # reads only tasks that have not ended and do not await approval.
-_LOCK_CLAIMABLE = (
-    "SELECT t.task_id FROM {s}.pev_tasks t LEFT JOIN {s}.pev_leases l ON l.task_id = t.task_id "  # noqa: S608 - constants
-    f"WHERE t.{RUNNABLE_TASKS} AND (l.task_id IS NULL OR l.expires_at <= %s) "
-    "AND t.task_id <> ALL(%s) ORDER BY t.created_at, t.task_id LIMIT %s "
-    "FOR UPDATE OF t SKIP LOCKED"
+_CLAIMABLE = (
+    "SELECT t.task_id, l.owner, l.epoch, l.expires_at FROM {s}.pev_tasks t "  # noqa: S608 - constants
+    f"LEFT JOIN {{s}}.pev_leases l ON l.task_id = t.task_id WHERE t.{RUNNABLE_TASKS} "
+    "AND (l.task_id IS NULL OR l.expires_at <= %s) AND t.task_id <> ALL(%s) "
+    "ORDER BY t.created_at, t.task_id LIMIT %s"
 )
-_SELECT_CLAIMED = (
-    "SELECT t.task_id, t.phase, l.owner, l.epoch, l.expires_at FROM {s}.pev_tasks t "
-    "LEFT JOIN {s}.pev_leases l ON l.task_id = t.task_id WHERE t.task_id = ANY(%s)"
+# A claim's take: the next lease of each task found, each written only if the task's row is not
+# locked (an append, a lease change, another claim: SKIP LOCKED), the task is still claimable,
+# and its lease is still the one found. Answers the tasks whose lease it wrote.
+_TAKE = (
+    "WITH wanted AS (SELECT * FROM unnest(%(tasks)s::text[], %(epochs)s::bigint[], "  # noqa: S608 - constants
+    "%(expiries)s::timestamptz[], %(was_owners)s::text[], %(was_epochs)s::bigint[], "
+    "%(was_expiries)s::timestamptz[]) "
+    "AS w (task_id, epoch, expires_at, was_owner, was_epoch, was_expires)), "
+    "task AS (SELECT t.task_id FROM {s}.pev_tasks t WHERE t.task_id = ANY(%(tasks)s::text[]) "
+    f"AND t.{RUNNABLE_TASKS} ORDER BY t.task_id FOR UPDATE SKIP LOCKED) "
+    "INSERT INTO {s}.pev_leases AS l (task_id, owner, epoch, expires_at) "
+    "SELECT w.task_id, %(owner)s::text, w.epoch, w.expires_at FROM wanted w "
+    "JOIN task USING (task_id) "
+    "ON CONFLICT (task_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
+    "expires_at = excluded.expires_at WHERE (l.owner, l.epoch, l.expires_at) = "
+    "(SELECT w.was_owner, w.was_epoch, w.was_expires FROM wanted w WHERE w.task_id = l.task_id) "
+    "RETURNING l.task_id"
 )
-# The phases in which a claim leaves a task, and whose lease released wakes no worker.
-_UNCLAIMABLE = frozenset(str(phase) for phase in UNCLAIMABLE_PHASES)
 _SUMMARY = (
     "SELECT task_id, phase, status, reason, title, created_at, updated_at, event_count, "
     "head_hash, replan_deadline FROM {s}.pev_tasks"
@@ -117,6 +153,9 @@ class PostgresStore(PostgresLessons, WatchedStore):
         schema: The PostgreSQL schema holding pev's tables.
         min_size: Connections the pool keeps open.
         max_size: Connections the pool opens at most.
+        create: Create the schema's tables on first use when the database holds none. With
+            ``False`` (read-only tools: ``pev tasks``, ``pev show``), such a database is a
+            :class:`~pev.errors.UsageError` on first use and nothing is created.
 
     Raises:
         UsageError: The URL cannot be parsed, the schema name is not a plain one, or the pool
@@ -124,9 +163,17 @@ class PostgresStore(PostgresLessons, WatchedStore):
     """
 
     def __init__(
-        self, url: str, *, schema: str = "pev", min_size: int = 1, max_size: int = 10
+        self,
+        url: str,
+        *,
+        schema: str = "pev",
+        min_size: int = 1,
+        max_size: int = 10,
+        create: bool = True,
     ) -> None:
-        super().__init__(Database(url, schema=schema, min_size=min_size, max_size=max_size))
+        super().__init__(
+            Database(url, schema=schema, min_size=min_size, max_size=max_size, create=create)
+        )
         WatchedStore.__init__(self)
         # The channel its writers NOTIFY and its workers LISTEN on (a name is at most 63 bytes).
         self._channel = f"pev:{self._db.schema}"[:63]
@@ -170,19 +217,56 @@ class PostgresStore(PostgresLessons, WatchedStore):
         """Close the pool's connections; the store is unusable afterwards."""
         await self._db.close()
 
-    async def _lease_of(self, cur: Cursor, task_id: str) -> Lease | None:
-        await cur.execute(self._db.sql(_SELECT_LEASE), (task_id,))
-        return _lease_from(task_id, await cur.fetchone())
+    async def _change_lease(
+        self,
+        task_id: str,
+        change: Callable[[bool, Lease | None], Lease | None],
+        *,
+        wake: bool = False,
+    ) -> Lease | None:
+        """Write ``change(known, current)``, the task's next lease, in one statement; it.
 
-    async def _keep_lease(self, cur: Cursor, lease: Lease) -> None:
-        await cur.execute(
-            self._db.sql(_UPSERT_LEASE), (lease.task_id, lease.owner, lease.epoch, lease.expires_at)
+        ``change`` applies a rule of :mod:`pev.ledger._lease` to whether the task exists and its
+        current lease (it may raise; ``None``: nothing to write). The lease is written only if
+        the current one is unchanged meanwhile; otherwise the rule is applied again to the one
+        another writer left. With ``wake``, the workers are woken if the task is left claimable.
+
+        Raises:
+            StoreUnavailable: The server did not answer, or the lease kept changing under it.
+        """
+        for _ in range(_SWAP_TRIES):
+            rows = await self._db.query(_READ_LEASE, {"task": task_id}, operation="lease")
+            _, *lease_row = rows[0] if rows else (None, None)
+            current = _lease_from(task_id, None if lease_row[0] is None else tuple(lease_row))
+            lease = change(bool(rows), current)
+            if lease is None:
+                return None
+            ((phase, written, _),) = await self._db.query(
+                _SWAP_LEASE,
+                {
+                    "task": task_id,
+                    "owner": lease.owner,
+                    "epoch": lease.epoch,
+                    "expires": lease.expires_at,
+                    "was_owner": current.owner if current else None,
+                    "was_epoch": current.epoch if current else None,
+                    "was_expires": current.expires_at if current else None,
+                    "channel": self._channel,
+                    "wake": wake,
+                },
+                operation="lease",
+            )
+            if written:
+                return lease
+            if phase is None:
+                change(False, None)  # the task is gone: its rule raises
+                return None
+        raise StoreUnavailable(
+            f"the lease of task {task_id} in {self.location} changed under "
+            f"{_SWAP_TRIES} attempts in a row to change it; try again",
+            location=self.location,
+            operation="lease",
         )
-
-    async def _lock_task(self, cur: Cursor, task_id: str) -> TupleRow | None:
-        """Lock the task's index row until the transaction ends; the row, or ``None``."""
-        await cur.execute(self._db.sql(_LOCK_TASK), (task_id,))
-        return await cur.fetchone()
 
     # --- the ledger --------------------------------------------------------------------------
 
@@ -230,22 +314,28 @@ class PostgresStore(PostgresLessons, WatchedStore):
         )
         if row is None:
             raise StoreError(f"{self.location}: an append of task {first.task_id} had no answer")
-        outcome, detail, head_seq, head_hash, *lease_row = row
+        outcome, detail, head_seq, head_hash, *_ = row
         if outcome == "ok":
             return
         if outcome == "conflict":
             raise ConflictError(first.task_id, first.seq)
+        if outcome == "refused" and detail == "lease" and fence is not None:
+            # The store's own fence refused it (not the task's current lease): whatever else
+            # the row says, the driver lost its lease.
+            raise LeaseLost(first.task_id, owner=fence.owner, epoch=fence.epoch)
         if outcome == "refused":
-            # The very checks of the other stores, on the head and lease the function found.
-            if fence is not None:
-                current = _lease_from(
-                    first.task_id, None if lease_row[0] is None else tuple(lease_row)
-                )
-                fenced(current, fence, new_task=head_seq is None)
+            # The very check of the other stores, on the head the function found.
             if head_seq is None:
                 check_batch(entries, summary, head_seq=0, head_hash=GENESIS_HASH)
             else:
                 check_batch(entries, summary, head_seq=int(head_seq), head_hash=str(head_hash))
+        if outcome == "failed" and unavailable_state(str(detail).partition(" ")[0]):
+            # A lock timeout or a deadlock inside the function: rolled back, try again.
+            raise StoreUnavailable(
+                f"a write to {self.location} failed: {detail}",
+                location=self.location,
+                operation="write",
+            )
         raise StoreError(f"a write to {self.location} failed: {detail or outcome}")
 
     async def _commit_appends(
@@ -266,85 +356,92 @@ class PostgresStore(PostgresLessons, WatchedStore):
     async def acquire_lease(
         self, task_id: str, owner: str, *, now: datetime, lease_s: float
     ) -> Lease:
-        """Take the task's lease for ``owner``, under the task row's lock."""
+        """Take the task's lease for ``owner``, in one statement under the task row's lock."""
 
-        async def work(cur: Cursor) -> Lease:
-            if await self._lock_task(cur, task_id) is None:
+        def change(known: bool, current: Lease | None) -> Lease:
+            if not known:
                 raise UnknownTaskError(task_id)
-            current = await self._lease_of(cur, task_id)
-            lease = acquired(current, task_id, owner, now=now, lease_s=lease_s)
-            await self._keep_lease(cur, lease)
-            return lease
+            return acquired(current, task_id, owner, now=now, lease_s=lease_s)
 
-        return await self._db.write(work)
+        lease = await self._change_lease(task_id, change)
+        assert lease is not None  # noqa: S101 - change always gives one or raises
+        return lease
 
     async def claim(
         self, owner: str, *, now: datetime, lease_s: float, limit: int
     ) -> tuple[Lease, ...]:
-        """Take the leases of up to ``limit`` runnable tasks, oldest first, in one transaction.
+        """Take the leases of up to ``limit`` runnable tasks, oldest first.
 
-        The tasks' index rows are locked ``FOR UPDATE SKIP LOCKED``, the lock every lease change
-        and append of a task takes first, so concurrent claimers lock disjoint tasks. Each
-        locked task's phase and lease are read again under its lock: one whose lease was taken
-        (or that ended, or came to await approval) after the search began is left, and the
-        search goes on past it.
+        A search finds runnable tasks whose lease is free; one statement then takes their next
+        leases, each under its task's index row lock, skipping a row another statement holds
+        (``FOR UPDATE SKIP LOCKED``: an append, a lease change, another claim), a task that
+        ended or came to await approval meanwhile, and one whose lease changed since the search
+        (another claimer took it): concurrent claimers never take one task twice. While fewer
+        than ``limit`` were taken and tasks were passed by, the search goes on past them. No
+        statement holds a lock past itself.
         """
-        if limit <= 0:
-            return ()
-
-        async def work(cur: Cursor) -> tuple[Lease, ...]:
-            taken: list[Lease] = []
-            seen: list[str] = []
-            while len(taken) < limit:
-                await cur.execute(self._db.sql(_LOCK_CLAIMABLE), (now, seen, limit - len(taken)))
-                locked = [str(row[0]) for row in await cur.fetchall()]
-                if not locked:
-                    break
-                seen.extend(locked)
-                await cur.execute(self._db.sql(_SELECT_CLAIMED), (locked,))
-                rows = {str(row[0]): row for row in await cur.fetchall()}
-                stale = False
-                for task_id in locked:
-                    _, phase, *lease_row = rows[task_id]
-                    current = _lease_from(
-                        task_id, None if lease_row[0] is None else tuple(lease_row)
+        taken: list[Lease] = []
+        seen: list[str] = []
+        while len(taken) < limit:
+            found = await self._db.query(
+                _CLAIMABLE, (now, seen, limit - len(taken)), operation="lease"
+            )
+            if not found:
+                break
+            wanted: list[tuple[Lease | None, Lease]] = []
+            for task_id, *lease_row in found:
+                seen.append(str(task_id))
+                current = _lease_from(
+                    str(task_id), None if lease_row[0] is None else tuple(lease_row)
+                )
+                if is_free(current, now):
+                    wanted.append(
+                        (current, acquired(current, str(task_id), owner, now=now, lease_s=lease_s))
                     )
-                    if str(phase) in _UNCLAIMABLE or not is_free(current, now):
-                        stale = True  # taken, ended or awaiting approval meanwhile: look further
-                        continue
-                    lease = acquired(current, task_id, owner, now=now, lease_s=lease_s)
-                    await self._keep_lease(cur, lease)
-                    taken.append(lease)
-                if not stale:
-                    break
-            return tuple(taken)
+            written = {str(row[0]) for row in await self._take(owner, wanted)}
+            got = [lease for _, lease in wanted if lease.task_id in written]
+            taken.extend(got)
+            if len(got) == len(found):
+                break
+        return tuple(taken)
 
-        return await self._db.write(work)
+    async def _take(
+        self, owner: str, wanted: Sequence[tuple[Lease | None, Lease]]
+    ) -> list[TupleRow]:
+        """Write each lease of ``wanted`` whose task is free to lock and still holds the first."""
+        if not wanted:
+            return []
+        return await self._db.query(
+            _TAKE,
+            {
+                "tasks": [lease.task_id for _, lease in wanted],
+                "epochs": [lease.epoch for _, lease in wanted],
+                "expiries": [lease.expires_at for _, lease in wanted],
+                "was_owners": [was.owner if was else None for was, _ in wanted],
+                "was_epochs": [was.epoch if was else None for was, _ in wanted],
+                "was_expiries": [was.expires_at if was else None for was, _ in wanted],
+                "owner": owner,
+            },
+            operation="lease",
+        )
 
     async def renew_lease(self, lease: Lease, *, now: datetime, lease_s: float) -> Lease:
-        """Extend the lease while it is the task's current one, under the task row's lock."""
+        """Extend the lease while it is the task's current one, in one statement."""
 
-        async def work(cur: Cursor) -> Lease:
-            await self._lock_task(cur, lease.task_id)
-            current = await self._lease_of(cur, lease.task_id)
-            longer = renewed(current, lease, now=now, lease_s=lease_s)
-            await self._keep_lease(cur, longer)
-            return longer
+        def change(known: bool, current: Lease | None) -> Lease:
+            return renewed(current, lease, now=now, lease_s=lease_s)
 
-        return await self._db.write(work)
+        longer = await self._change_lease(lease.task_id, change)
+        assert longer is not None  # noqa: S101 - change always gives one or raises
+        return longer
 
     async def release_lease(self, lease: Lease, *, now: datetime) -> None:
-        """Free the lease from ``now``, unless it was taken over."""
+        """Free the lease from ``now``, unless it was taken over; wake workers if unfinished."""
 
-        async def work(cur: Cursor) -> None:
-            task = await self._lock_task(cur, lease.task_id)
-            freed = released(await self._lease_of(cur, lease.task_id), lease, now=now)
-            if freed is not None:
-                await self._keep_lease(cur, freed)
-                if task is not None and str(task[2]) not in _UNCLAIMABLE:
-                    await self._wake(cur)  # left unfinished: a worker may go on with it
+        def change(known: bool, current: Lease | None) -> Lease | None:
+            return released(current, lease, now=now)
 
-        await self._db.write(work)
+        await self._change_lease(lease.task_id, change, wake=True)
 
     def wakeups(self) -> AbstractAsyncContextManager[asyncio.Event]:
         """An event set when a task may have become runnable, by any process (``LISTEN``).
@@ -385,10 +482,6 @@ class PostgresStore(PostgresLessons, WatchedStore):
             listening=signals.signal_all,
             heard=signals.signal,
         )
-
-    async def _wake(self, cur: Cursor) -> None:
-        """Signal the store's listeners when this transaction commits."""
-        await cur.execute("SELECT pg_notify(%s, '')", (self._channel,))
 
     async def lease(self, task_id: str) -> Lease | None:
         """The task's current lease, or ``None``."""
@@ -485,7 +578,7 @@ class PostgresStore(PostgresLessons, WatchedStore):
         )
 
 
-def _lease_from(task_id: str, row: TupleRow | None) -> Lease | None:
+def _lease_from(task_id: str, row: Sequence[Any] | None) -> Lease | None:
     if row is None:
         return None
     owner, epoch, expires_at = row

@@ -3,14 +3,15 @@
 Migrations are history: a schema at version *n* is what steps 1 to *n* made it, so each step keeps
 the text it was released with, and a change of the function is a new step that replaces it. Step
 5 created the function (:data:`APPEND_V5`); step 6 replaced it (:data:`APPEND_V6`, and
-:data:`DROP_APPEND_V5` first, since its arguments changed).
+:data:`DROP_APPEND_V5` first, since its arguments changed); step 7 replaced its body
+(:data:`APPEND_V7`, the same arguments).
 """
 
 from __future__ import annotations
 
 from pev.ledger import GENESIS_HASH
 
-__all__ = ["APPEND_V5", "APPEND_V6", "DROP_APPEND_V5"]
+__all__ = ["APPEND_V5", "APPEND_V6", "APPEND_V7", "DROP_APPEND_V5"]
 
 # An append in one statement (version 5): one round trip, and a batch of them (pipelined between
 # BEGIN and COMMIT) one round trip too. It takes the task's index row lock (every write of a task
@@ -201,3 +202,43 @@ APPEND_V6 = """CREATE OR REPLACE FUNCTION {s}.pev_append(
     END
     $$""".replace("{genesis}", GENESIS_HASH)
 """The append function of schema version 6: version 5's, notifying followers and waking workers."""
+
+
+def _changed(text: str, *changes: tuple[str, str]) -> str:
+    """``text`` with each ``(old, new)`` of ``changes`` made, each ``old`` found exactly once."""
+    for old, new in changes:
+        if text.count(old) != 1:  # pragma: no cover - a mistake in this module, caught on import
+            raise AssertionError(f"pev_append: {old!r} is not found exactly once")
+        text = text.replace(old, new)
+    return text
+
+
+# Version 7 tells the store why an append was not written, so that the store raises the error
+# that says so, whatever its own checks would make of the row:
+#
+# * 'refused' names the check that refused it in ``detail``: 'lease' (the fence is not the
+#   task's current lease: LeaseLost) or 'head' (the batch does not follow the stored head);
+# * 'failed' starts ``detail`` with the error's SQLSTATE, then its message ('55P03 canceling
+#   statement due to lock timeout'), so that a lock timeout or a deadlock is told apart from
+#   damage (pev.stores._postgres_db.unavailable).
+#
+# The arguments and the row it answers are version 6's: OR REPLACE replaces it in place.
+APPEND_V7 = _changed(
+    APPEND_V6,
+    (
+        """                outcome := 'refused';
+                RETURN;""",
+        """                outcome := 'refused';
+                detail := 'lease';
+                RETURN;""",
+    ),
+    (
+        """            outcome := 'refused';
+            RETURN;""",
+        """            outcome := 'refused';
+            detail := 'head';
+            RETURN;""",
+    ),
+    ("detail := SQLERRM;", "detail := SQLSTATE || ' ' || SQLERRM;"),
+)
+"""The append function of schema version 7: version 6's, saying why an append was not written."""

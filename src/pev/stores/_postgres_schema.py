@@ -21,7 +21,7 @@ from psycopg import AsyncCursor, errors
 from psycopg.rows import TupleRow
 
 from pev.errors import SchemaVersionError, StoreError, UsageError
-from pev.stores._postgres_append import APPEND_V5, APPEND_V6, DROP_APPEND_V5
+from pev.stores._postgres_append import APPEND_V5, APPEND_V6, APPEND_V7, DROP_APPEND_V5
 
 __all__ = [
     "MIGRATIONS",
@@ -191,6 +191,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX IF NOT EXISTS pev_tasks_claimable ON {s}.pev_tasks (created_at, task_id) "
             "WHERE " + RUNNABLE_TASKS,
         ),
+    ),
+    Migration(
+        7,
+        "appends say why they were not written: the check that refused them, the error's code",
+        (APPEND_V7,),
     ),
 )
 

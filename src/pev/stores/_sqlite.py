@@ -183,15 +183,28 @@ def _parse_time(text: str) -> datetime:
 class SQLiteStore(SQLiteLessons, WatchedStore):
     """A ledger in one SQLite file, safe for several processes on one machine.
 
+    Many processes may open (and create) the same file at once: what meets another opener's
+    lock is tried again within ``busy_timeout_s``. A read, an append or a lease change that
+    finds the file locked past ``busy_timeout_s`` raises
+    :class:`~pev.errors.StoreUnavailable` (``operation`` ``"read"``, ``"write"`` or
+    ``"lease"``): nothing is wrong with the file, and the call may be tried again.
+
     Args:
-        path: The database file; created (with its folder) if missing. ``":memory:"`` gives a
-            private in-memory database.
-        busy_timeout_s: How long a writer waits for another process's write lock.
+        path: The database file; created (with its folder) if missing, unless ``create`` is
+            False. ``":memory:"`` gives a private in-memory database.
+        busy_timeout_s: How long a call (and opening the file) waits for another process's
+            lock.
         offload: Run every database call on the store's thread, never on the caller's.
+        create: Create the file (and its folder) if it is missing. With ``False``, a missing
+            file is a :class:`~pev.errors.UsageError` and nothing is created: for commands
+            that only read a ledger.
 
     Raises:
         SchemaVersionError: The file holds a pev ledger of another schema version.
+        StoreUnavailable: Another process kept the file locked past ``busy_timeout_s`` while
+            it was opened (``operation`` ``"connect"``).
         StoreError: The file is not a pev ledger, or cannot be opened.
+        UsageError: ``create`` is False and no file is at ``path``.
     """
 
     def __init__(
@@ -200,8 +213,11 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
         *,
         busy_timeout_s: float = 30.0,
         offload: bool = False,
+        create: bool = True,
     ) -> None:
-        super().__init__(SQLiteDatabase(path, busy_timeout_s=busy_timeout_s, offload=offload))
+        super().__init__(
+            SQLiteDatabase(path, busy_timeout_s=busy_timeout_s, offload=offload, create=create)
+        )
         WatchedStore.__init__(self)
         self._appends: GroupCommit[_Append, None] = GroupCommit(
             self._commit_appends, limit=_GROUP_LIMIT
@@ -363,7 +379,7 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
             _keep_lease(conn, lease)
             return lease
 
-        return await self._db.write(work)
+        return await self._db.write(work, operation="lease")
 
     async def claim(
         self, owner: str, *, now: datetime, lease_s: float, limit: int
@@ -398,7 +414,7 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
                 taken.append(lease)
             return tuple(taken)
 
-        return await self._db.write(work)
+        return await self._db.write(work, operation="lease")
 
     async def renew_lease(self, lease: Lease, *, now: datetime, lease_s: float) -> Lease:
         """Extend the lease while it is the task's current one, in one transaction."""
@@ -408,7 +424,7 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
             _keep_lease(conn, longer)
             return longer
 
-        return await self._db.write(work)
+        return await self._db.write(work, operation="lease")
 
     async def release_lease(self, lease: Lease, *, now: datetime) -> None:
         """Free the lease from ``now``, unless it was taken over."""
@@ -418,7 +434,7 @@ class SQLiteStore(SQLiteLessons, WatchedStore):
             if freed is not None:
                 _keep_lease(conn, freed)
 
-        await self._db.write(work)
+        await self._db.write(work, operation="lease")
 
     async def lease(self, task_id: str) -> Lease | None:
         """The task's current lease, or ``None``."""

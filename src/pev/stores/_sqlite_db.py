@@ -5,7 +5,11 @@ so each commit is durable when it returns, the tables of the ledger, the leases 
 and a version check. An uncontended call runs on the caller's thread: a durable commit costs about
 one disk flush (0.1 to 1 ms on a local SSD), less than handing it to another thread and back.
 When another process holds the write lock, the call pauses without blocking the event loop and
-tries again (up to ``busy_timeout_s``), so a loop never stalls behind another writer.
+tries again (up to ``busy_timeout_s``), so a loop never stalls behind another writer; a lock held
+past that is :class:`~pev.errors.StoreUnavailable` (try again later), never damage. Opening is
+safe from many processes at once: what meets another opener's lock (switching to WAL, creating
+the schema, checking its version) is tried again within ``busy_timeout_s``, and creating the
+schema twice changes nothing.
 ``offload=True`` sends every call to the database's own thread, for slow or networked disks.
 The store (:mod:`pev.stores._sqlite`) and its experience half (:mod:`pev.stores._sqlite_lessons`)
 run their statements through it: a write in a transaction of its own (:meth:`SQLiteDatabase.write`),
@@ -23,13 +27,14 @@ import random
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
 from pev import codec
-from pev.errors import CodecError, SchemaVersionError, StoreError
+from pev.errors import CodecError, SchemaVersionError, StoreError, StoreUnavailable, UsageError
 from pev.ledger import SCHEMA_VERSION
 from pev.stores._sqlite_file import (
     check_not_foreign,
@@ -40,7 +45,7 @@ from pev.stores._sqlite_file import (
 )
 from pev.stores._wakeups import watched
 
-__all__ = ["RUNNABLE_TASKS", "Busy", "SQLiteDatabase", "query_rows"]
+__all__ = ["RUNNABLE_TASKS", "Busy", "SQLiteDatabase", "is_busy", "query_rows"]
 
 T = TypeVar("T")
 log = logging.getLogger("pev.stores")
@@ -49,6 +54,13 @@ log = logging.getLogger("pev.stores")
 # at most (the pause doubles in between).
 _FIRST_RETRY_S = 0.0005
 _LAST_RETRY_S = 0.01
+# The same for opening, which runs once per store: the pause grows to a little more, since the
+# lock it waits for (another opener creating the schema) is held for a disk flush or two.
+_LAST_OPEN_RETRY_S = 0.05
+
+# SQLite's primary result codes for a lock it could not take (SQLITE_BUSY, SQLITE_LOCKED); an
+# extended code (SQLITE_BUSY_RECOVERY, say) holds one in its low byte.
+_LOCK_CODES = frozenset({5, 6})
 
 # Tasks a worker may claim, unless another holds their lease: those that have not ended and do
 # not wait for a person's approval (UNCLAIMABLE_PHASES). The condition of the pev_tasks_claimable
@@ -165,11 +177,18 @@ class SQLiteDatabase:
         *,
         busy_timeout_s: float = 30.0,
         offload: bool = False,
+        create: bool = True,
     ) -> None:
         in_memory = str(path) == ":memory:"
         self._location = str(path) if in_memory else str(Path(path).expanduser())
+        # Without create, SQLite is told to open the file read-write only (never to make it), so
+        # that a file removed between the check and the open is not made either.
+        self._uri: str | None = None
         if not in_memory:
-            make_room(self._location)
+            if create:
+                make_room(self._location)
+            else:
+                self._uri = _existing(self._location)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pev-sqlite")
         self._inline: sqlite3.Connection | None = None
         self._full_text = False
@@ -179,8 +198,11 @@ class SQLiteDatabase:
             self._conn = self._executor.submit(self._open, busy_timeout_s).result()
             if not (offload or in_memory):
                 # No busy wait on the caller's thread: a locked database sends the call to the
-                # store's thread instead.
-                self._inline = self._connect(timeout_s=0.0)
+                # store's thread instead. Its first read of the schema may still meet another
+                # opener's lock: tried again like the opening itself.
+                self._inline = self._retrying(
+                    functools.partial(self._connect, timeout_s=0.0), busy_timeout_s
+                )
         except BaseException:
             self._executor.shutdown(wait=False)
             raise
@@ -192,11 +214,23 @@ class SQLiteDatabase:
         return self._location
 
     def _connect(self, *, timeout_s: float) -> sqlite3.Connection:
+        """A new connection, its first read of the schema done (``Busy`` if a lock stops it)."""
         try:
-            conn = sqlite3.connect(
-                self._location, timeout=timeout_s, isolation_level=None, check_same_thread=False
-            )
+            if self._uri is None:
+                conn = sqlite3.connect(
+                    self._location, timeout=timeout_s, isolation_level=None, check_same_thread=False
+                )
+            else:
+                conn = sqlite3.connect(
+                    self._uri,
+                    timeout=timeout_s,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    uri=True,
+                )
         except sqlite3.Error as exc:
+            if self._uri is not None and not os.path.lexists(self._location):
+                raise _no_ledger(self._location) from exc
             raise StoreError(
                 f"cannot open the ledger {self._location} ({os_reason(self._location) or exc}); "
                 "name a file you can read and write"
@@ -205,10 +239,15 @@ class SQLiteDatabase:
             conn.execute("PRAGMA synchronous=FULL")  # the first statement reads the schema
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             conn.close()
+            if is_busy(exc):
+                raise Busy from exc
             raise unreadable(self._location, exc) from exc
         return conn
 
     def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
+        return self._retrying(functools.partial(self._open_once, busy_timeout_s), busy_timeout_s)
+
+    def _open_once(self, busy_timeout_s: float) -> sqlite3.Connection:
         conn = self._connect(timeout_s=busy_timeout_s)
         try:
             self._prepare(conn)
@@ -216,6 +255,34 @@ class SQLiteDatabase:
             conn.close()
             raise
         return conn
+
+    def _retrying(self, open_: Callable[[], T], busy_timeout_s: float) -> T:
+        """``open_()``, tried again while another opener's lock stops it, up to the busy timeout.
+
+        SQLite's busy handler does not cover every lock an opener meets: switching a new file
+        to WAL, for one, fails at once while another connection is doing the same. Every step
+        of opening is safe to repeat (the schema is created with IF NOT EXISTS, in one immediate
+        transaction), so the whole of it is repeated after a short pause.
+
+        Raises:
+            StoreUnavailable: The file stayed locked past ``busy_timeout_s``.
+        """
+        give_up = time.monotonic() + busy_timeout_s
+        pause = _FIRST_RETRY_S
+        while True:
+            try:
+                return open_()
+            except Busy as exc:
+                if time.monotonic() >= give_up:
+                    raise StoreUnavailable(
+                        f"cannot open the ledger {self._location}: another process kept it "
+                        f"locked past the busy timeout ({busy_timeout_s:g} s): {exc.__cause__}; "
+                        "try again, or give a longer busy_timeout_s",
+                        location=self._location,
+                        operation="connect",
+                    ) from exc
+            time.sleep(pause * random.uniform(0.5, 1.5))  # noqa: S311 - jitter only
+            pause = min(pause * 2, _LAST_OPEN_RETRY_S)
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
         try:
@@ -250,13 +317,11 @@ class SQLiteDatabase:
                 conn.execute(f"PRAGMA application_id={_APPLICATION_ID}")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                self._roll_back(conn)
                 raise
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreError(f"cannot prepare the ledger {self._location}: {exc}") from exc
-            raise unreadable(self._location, exc) from exc
         except (sqlite3.Error, UnicodeDecodeError) as exc:
+            if is_busy(exc):
+                raise Busy from exc  # another opener's lock: the whole opening is tried again
             raise unreadable(self._location, exc) from exc
 
     def _is_current(self, conn: sqlite3.Connection) -> bool:
@@ -320,7 +385,7 @@ class SQLiteDatabase:
         if found != SCHEMA_VERSION:
             raise SchemaVersionError(location=self._location, found=found, expected=SCHEMA_VERSION)
 
-    async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def run(self, work: Callable[[sqlite3.Connection], T], *, operation: str = "read") -> T:
         """Run ``work`` inline when the database is free, else wait for it without blocking.
 
         A write that finds another process's write lock is tried again inline after a short
@@ -329,23 +394,29 @@ class SQLiteDatabase:
         sleep on the store's one thread, up to 100 ms at a time, while every other call of this
         process queued behind it and the lock often stood free. Calls go to that thread only
         when offloaded, or when another thread is using the inline connection.
+
+        Raises:
+            StoreUnavailable: The database stayed locked past ``busy_timeout_s``; its
+                ``operation`` is ``operation`` (what ``work`` does: ``"read"``, ``"write"``,
+                ``"lease"``).
         """
         if self._closed:
             raise StoreError(f"the SQLite store {self._location} is closed")
         guarded = functools.partial(self._guarded, work)
         if self._inline is None:
-            return await self._offloaded(guarded)
+            return await self._offloaded(guarded, operation)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._busy_timeout_s
         pause = _FIRST_RETRY_S
         while True:
             if not self._inline_lock.acquire(blocking=False):
-                return await self._offloaded(guarded)  # another thread is using it: wait there
+                # Another thread is using it: wait there.
+                return await self._offloaded(guarded, operation)
             try:
                 return guarded(self._inline)
             except Busy as exc:
                 if loop.time() >= give_up:
-                    raise self._locked(exc) from exc
+                    raise self._locked(exc, operation) from exc
             finally:
                 self._inline_lock.release()
             await asyncio.sleep(pause * random.uniform(0.5, 1.5))  # noqa: S311 - jitter only
@@ -355,27 +426,27 @@ class SQLiteDatabase:
         """Run ``work``; what SQLite raises reading a damaged file becomes a StoreError."""
         try:
             return work(conn)
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise Busy from exc
-            raise unreadable(self._location, exc) from exc
         except (sqlite3.Error, UnicodeDecodeError) as exc:
+            if is_busy(exc):
+                raise Busy from exc
             # A text column whose bytes are not UTF-8, or a page SQLite finds malformed.
             raise unreadable(self._location, exc) from exc
 
-    async def _offloaded(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def _offloaded(self, work: Callable[[sqlite3.Connection], T], operation: str) -> T:
         """Run ``work`` on the store's thread (its connection waits in SQLite's busy handler)."""
         try:
             return await asyncio.get_running_loop().run_in_executor(
                 self._executor, work, self._conn
             )
         except Busy as exc:
-            raise self._locked(exc) from exc
+            raise self._locked(exc, operation) from exc
 
-    def _locked(self, exc: Busy) -> StoreError:
-        return StoreError(
+    def _locked(self, exc: Busy, operation: str) -> StoreUnavailable:
+        return StoreUnavailable(
             f"the ledger {self._location} stayed locked by another writer past the busy "
-            f"timeout: {exc.__cause__}"
+            f"timeout ({self._busy_timeout_s:g} s): {exc.__cause__}; try again",
+            location=self._location,
+            operation=operation,
         )
 
     @contextlib.asynccontextmanager
@@ -404,9 +475,11 @@ class SQLiteDatabase:
                 seen = version
                 event.set()
 
-    async def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def write(
+        self, work: Callable[[sqlite3.Connection], T], *, operation: str = "write"
+    ) -> T:
         """Run ``work`` in one write transaction (see :meth:`run` and :meth:`transaction`)."""
-        return await self.run(lambda conn: self.transaction(conn, work))
+        return await self.run(lambda conn: self.transaction(conn, work), operation=operation)
 
     async def query(self, sql: str, params: Sequence[object]) -> list[tuple[object, ...]]:
         """The rows of one statement."""
@@ -420,7 +493,11 @@ class SQLiteDatabase:
             raise StoreError(f"{self._location}: {what} cannot be read: {exc}") from exc
 
     def transaction(self, conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work`` in one write transaction (``Busy`` when another writer holds the lock)."""
+        """Run ``work`` in one write transaction (``Busy`` when another writer holds the lock).
+
+        A lock met inside it (a busy COMMIT) rolls it back and is ``Busy`` too: nothing was
+        written, so :meth:`run` may try the whole transaction again.
+        """
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
@@ -429,10 +506,12 @@ class SQLiteDatabase:
             result = work(conn)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
+            self._roll_back(conn)
+            if is_busy(exc):
+                raise Busy from exc
             raise StoreError(f"a write to {self._location} failed: {exc}") from exc
         except BaseException:
-            conn.execute("ROLLBACK")
+            self._roll_back(conn)
             raise
         return result
 
@@ -447,9 +526,10 @@ class SQLiteDatabase:
         transaction. The whole call raises, committing nothing, when the transaction itself
         fails: its BEGIN (``Busy`` when another writer holds the lock, which :meth:`run` waits
         out), its COMMIT, or a work's error that made SQLite roll the whole transaction back
-        (a full disk, an I/O error).
+        (a full disk, an I/O error), or a lock met inside it (``Busy`` again: it is rolled back
+        and tried again whole, then :class:`~pev.errors.StoreUnavailable` past the timeout).
         """
-        return await self.run(functools.partial(self._together, works))
+        return await self.run(functools.partial(self._together, works), operation="write")
 
     def _together(
         self, works: Sequence[Callable[[sqlite3.Connection], T]], conn: sqlite3.Connection
@@ -467,6 +547,8 @@ class SQLiteDatabase:
                 try:
                     outcomes.append(work(conn))
                 except Exception as exc:  # the work's own error, for its caller alone
+                    if is_busy(exc):
+                        raise  # the whole transaction is rolled back and tried again
                     failure = self._failure(exc)
                     if not conn.in_transaction:
                         raise failure from exc  # SQLite rolled back the works before it too
@@ -481,6 +563,8 @@ class SQLiteDatabase:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._roll_back(conn)
+            if is_busy(exc):
+                raise Busy from exc
             raise StoreError(f"a write to {self._location} failed: {exc}") from exc
         except BaseException:
             self._roll_back(conn)
@@ -519,6 +603,42 @@ class Busy(Exception):  # noqa: N818 - a signal between the store's parts, not a
     """The database is locked by another writer; the call may be retried elsewhere."""
 
 
+def is_busy(exc: BaseException) -> bool:
+    """Whether SQLite raised ``exc`` because a lock was held (busy or locked): worth a retry.
+
+    Only that: a disk I/O error, a full disk or a damaged page is not, even when a retry might
+    clear it, and stays a :class:`~pev.errors.StoreError`.
+    """
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _LOCK_CODES
+    message = str(exc)
+    return any(
+        f"database {what}is locked" in message for what in ("", "table ", "schema ")
+    ) or message.startswith("database is busy")
+
+
+def _existing(location: str) -> str:
+    """The URI that opens the ledger file at ``location`` without creating it.
+
+    Raises:
+        UsageError: No file is there.
+    """
+    if not os.path.lexists(location):
+        raise _no_ledger(location)
+    uri = Path(location).absolute().as_uri()
+    return f"{uri}?mode=rw"
+
+
+def _no_ledger(location: str) -> UsageError:
+    return UsageError(
+        f"no pev ledger at {location}; check the path (--db, PEV_DB), or run or submit a task "
+        "to create one there"
+    )
+
+
 def query_rows(
     conn: sqlite3.Connection, query: str, params: Sequence[object]
 ) -> list[tuple[object, ...]]:
@@ -526,7 +646,7 @@ def query_rows(
     try:
         return conn.execute(query, params).fetchall()
     except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
+        if is_busy(exc):
             raise Busy from exc
         raise StoreError(f"query failed: {one_line(exc)}") from exc
     except (sqlite3.Error, UnicodeDecodeError) as exc:

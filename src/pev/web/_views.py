@@ -15,6 +15,7 @@ from pev.ledger import (
     Approved,
     PlanRejected,
     Revision,
+    StartFailed,
     TaskPhase,
     TaskState,
     VerdictRecorded,
@@ -251,6 +252,7 @@ class TaskView:
     awaiting_revision: int | None
     terminal: bool
     cancel_requested: bool
+    start_failures: tuple[StartFailed, ...] = ()
 
 
 def _attempts(result: NodeResult | None) -> tuple[AttemptView, ...]:
@@ -515,4 +517,5 @@ def task_view(state: TaskState) -> TaskView:
         awaiting_revision=None if awaiting is None else awaiting.revision,
         terminal=state.terminal,
         cancel_requested=state.cancel_requested,
+        start_failures=state.start_failures,
     )
