@@ -210,6 +210,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "pev._native",
             "pev._imports",
             "pev._lazy",
+            "pev._logs",
             "pev.codec",
             "pev.policy",
             "pev.chat",

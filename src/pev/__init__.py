@@ -17,96 +17,169 @@ The packages (docs/design.md says what each promises, docs/architecture.md how t
 * :mod:`pev.sim`: the simulator demo (the ``sim`` extra);
 * :mod:`pev.codec`: the one JSON codec; :mod:`pev.errors`: every exception pev raises.
 
-The most used names are re-exported here.
+The most used names are re-exported here, each imported on first use.
 """
 
 import logging
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from pev._lazy import lazy_names
-from pev.engine import (
-    Agent,
-    Retry,
-    RunResult,
-    Secret,
-    TaskHandle,
-    approve,
-    cancel,
-    reject,
-    resume,
-    run,
-    run_sync,
-    start,
-    submit,
-    tool,
-    watch,
-    worker,
-)
-from pev.errors import (
-    CodecError,
-    ComponentError,
-    ConflictError,
-    ContractError,
-    LeaseError,
-    LeaseHeld,
-    LeaseLost,
-    LedgerCorruptError,
-    NotSent,
-    PevError,
-    PlanError,
-    PlannerUnavailable,
-    SchemaVersionError,
-    StateError,
-    StoreError,
-    StoreUnavailable,
-    UnknownTaskError,
-    UsageError,
-)
-from pev.kernel import (
-    AcceptPartial,
-    Budget,
-    Diagnosis,
-    Finish,
-    GlobalReplan,
-    LocalReplan,
-    RootCause,
-    TaskStatus,
-    TerminalReason,
-    decide,
-    diagnose,
-    to_replan_action,
-)
-from pev.ledger import Ledger, TaskPhase, TaskState, replay
-from pev.model import (
-    CriterionResult,
-    CriterionStatus,
-    DeviceFailure,
-    Effect,
-    Evidence,
-    ExecutionRecord,
-    Plan,
-    PlanNode,
-    RecordStatus,
-    Reliability,
-    Success,
-    Verdict,
-    VerdictStatus,
-    VerificationContract,
-    VerificationMode,
-    VerifierFailure,
-    validate_plan,
-)
-from pev.policy import Approval, RecoveryPolicy
-from pev.stores import MemoryStore, SQLiteStore, Store, open_store
 
 if TYPE_CHECKING:
-    from pev.stores import PostgresStore
+    __version__: str
+    from pev.engine import (
+        Agent,
+        Retry,
+        RunResult,
+        Secret,
+        TaskHandle,
+        approve,
+        cancel,
+        reject,
+        resume,
+        run,
+        run_sync,
+        start,
+        submit,
+        tool,
+        watch,
+        worker,
+    )
+    from pev.errors import (
+        CodecError,
+        ComponentError,
+        ConflictError,
+        ContractError,
+        LeaseError,
+        LeaseHeld,
+        LeaseLost,
+        LedgerCorruptError,
+        NotSent,
+        PevError,
+        PlanError,
+        PlannerUnavailable,
+        SchemaVersionError,
+        StateError,
+        StoreError,
+        StoreUnavailable,
+        UnknownTaskError,
+        UsageError,
+    )
+    from pev.kernel import (
+        AcceptPartial,
+        Budget,
+        Diagnosis,
+        Finish,
+        GlobalReplan,
+        LocalReplan,
+        RootCause,
+        TaskStatus,
+        TerminalReason,
+        decide,
+        diagnose,
+        to_replan_action,
+    )
+    from pev.ledger import Ledger, TaskPhase, TaskState, replay
+    from pev.model import (
+        CriterionResult,
+        CriterionStatus,
+        DeviceFailure,
+        Effect,
+        Evidence,
+        ExecutionRecord,
+        Plan,
+        PlanNode,
+        RecordStatus,
+        Reliability,
+        Success,
+        Verdict,
+        VerdictStatus,
+        VerificationContract,
+        VerificationMode,
+        VerifierFailure,
+        validate_plan,
+    )
+    from pev.policy import Approval, RecoveryPolicy
+    from pev.stores import MemoryStore, PostgresStore, SQLiteStore, Store, open_store
 
-try:
-    __version__ = version("pev-agent")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0"
+# Where each name lives: imported on first use, so that `import pev` costs next to nothing and
+# the command line can take its signals before the engine is loaded (docs/cli.md).
+_HOMES = {
+    "Agent": "pev.engine",
+    "Retry": "pev.engine",
+    "RunResult": "pev.engine",
+    "Secret": "pev.engine",
+    "TaskHandle": "pev.engine",
+    "approve": "pev.engine",
+    "cancel": "pev.engine",
+    "reject": "pev.engine",
+    "resume": "pev.engine",
+    "run": "pev.engine",
+    "run_sync": "pev.engine",
+    "start": "pev.engine",
+    "submit": "pev.engine",
+    "tool": "pev.engine",
+    "watch": "pev.engine",
+    "worker": "pev.engine",
+    "CodecError": "pev.errors",
+    "ComponentError": "pev.errors",
+    "ConflictError": "pev.errors",
+    "ContractError": "pev.errors",
+    "LeaseError": "pev.errors",
+    "LeaseHeld": "pev.errors",
+    "LeaseLost": "pev.errors",
+    "LedgerCorruptError": "pev.errors",
+    "NotSent": "pev.errors",
+    "PevError": "pev.errors",
+    "PlanError": "pev.errors",
+    "PlannerUnavailable": "pev.errors",
+    "SchemaVersionError": "pev.errors",
+    "StateError": "pev.errors",
+    "StoreError": "pev.errors",
+    "StoreUnavailable": "pev.errors",
+    "UnknownTaskError": "pev.errors",
+    "UsageError": "pev.errors",
+    "AcceptPartial": "pev.kernel",
+    "Budget": "pev.kernel",
+    "Diagnosis": "pev.kernel",
+    "Finish": "pev.kernel",
+    "GlobalReplan": "pev.kernel",
+    "LocalReplan": "pev.kernel",
+    "RootCause": "pev.kernel",
+    "TaskStatus": "pev.kernel",
+    "TerminalReason": "pev.kernel",
+    "decide": "pev.kernel",
+    "diagnose": "pev.kernel",
+    "to_replan_action": "pev.kernel",
+    "Ledger": "pev.ledger",
+    "TaskPhase": "pev.ledger",
+    "TaskState": "pev.ledger",
+    "replay": "pev.ledger",
+    "CriterionResult": "pev.model",
+    "CriterionStatus": "pev.model",
+    "DeviceFailure": "pev.model",
+    "Effect": "pev.model",
+    "Evidence": "pev.model",
+    "ExecutionRecord": "pev.model",
+    "Plan": "pev.model",
+    "PlanNode": "pev.model",
+    "RecordStatus": "pev.model",
+    "Reliability": "pev.model",
+    "Success": "pev.model",
+    "Verdict": "pev.model",
+    "VerdictStatus": "pev.model",
+    "VerificationContract": "pev.model",
+    "VerificationMode": "pev.model",
+    "VerifierFailure": "pev.model",
+    "validate_plan": "pev.model",
+    "Approval": "pev.policy",
+    "RecoveryPolicy": "pev.policy",
+    "MemoryStore": "pev.stores",
+    "SQLiteStore": "pev.stores",
+    "Store": "pev.stores",
+    "open_store": "pev.stores",
+    "PostgresStore": "pev.stores._postgres",
+}
 
 # pev logs through the "pev" logger and its children, and leaves where the lines go to the
 # application: with no handler at all, warnings would reach stderr through logging's last resort.
@@ -191,5 +264,22 @@ __all__ = [
 ]
 
 
-# Served on first use, so that ``import pev`` needs no psycopg (see pev.stores).
-__getattr__ = lazy_names(__name__, {"PostgresStore": "pev.stores._postgres"})
+# Served on first use (``PostgresStore`` needs the postgres extra: see pev.stores).
+_served = lazy_names(__name__, _HOMES)
+
+
+def __getattr__(name: str) -> object:
+    if name != "__version__":
+        return _served(name)
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:  # read from the installed metadata on first use: importing that costs some 30 ms
+        found = version("pev-agent")
+    except PackageNotFoundError:  # pragma: no cover - a source tree without install
+        found = "0.0.0"
+    globals()["__version__"] = found
+    return found
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

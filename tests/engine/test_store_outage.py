@@ -10,6 +10,7 @@ not answer").
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from tests.support.flaky_store import FlakyStore
@@ -18,6 +19,7 @@ import pev
 import pev.ledger._unanswered as unanswered
 from pev.ledger import Ledger
 from pev.model import Plan, PlanNode, RecordStatus, Verdict
+from pev.stores import MemoryStore
 
 pytestmark = pytest.mark.anyio
 
@@ -128,3 +130,29 @@ async def test_an_action_whose_time_went_on_the_outage_is_sent_later_once() -> N
     assert [r.status for r in ships] == [RecordStatus.CANCELLED, RecordStatus.SUCCEEDED]
     assert ships[0].idempotency_key == ships[1].idempotency_key  # one intended effect
     assert ships[0].id not in state.effects  # the call never made has no effect
+
+
+async def test_a_worker_that_cannot_read_a_task_says_so_in_one_line_and_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The store does not answer as a drive starts: one warning, no traceback; the task is
+    driven once its lease expires (docs/workers.md, "A store that does not answer")."""
+    store = FlakyStore()
+    task_id = await pev.submit("order-z", agent=agent, store=store)
+    store.fail_reads = 1  # the drive's first read: the chain check
+    stop = asyncio.Event()
+    with caplog.at_level(logging.INFO, logger="pev"):
+        running = asyncio.create_task(
+            pev.worker(store, agent=agent, lease_s=0.5, poll_s=0.05, stop=stop)
+        )
+        async with asyncio.timeout(30):
+            # Read past the faults (the store's own read): they are the worker's to meet.
+            while (row := await MemoryStore.summary(store, task_id)) is None or row.status is None:
+                await asyncio.sleep(0.05)
+        stop.set()
+        report = await running
+    assert (report.unavailable, report.ended, report.failed) == (1, 1, 0)
+    (said,) = [r for r in caplog.records if "did not answer (" in r.getMessage()]
+    assert said.levelno == logging.WARNING
+    assert said.exc_info is None
+    assert sent == ["ship order-z x2"]

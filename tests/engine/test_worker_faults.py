@@ -415,3 +415,48 @@ def test_sigterm_early_in_a_worker_exits_0(tmp_path: Path, after_s: float) -> No
     _, err = worker.communicate(timeout=60)
     assert worker.returncode == 0, first + err
     assert "stopped" in err
+
+
+# Runs `pev` as its entry point does, with the engine made slow to load: a marker file is touched
+# as its import begins, and the import then takes 2 s, a window a signal can be sent into.
+_SLOW_ENGINE = """
+import importlib.abc, pathlib, sys, time
+
+class SlowEngine(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "pev.engine":
+            pathlib.Path(sys.argv[1]).touch()
+            time.sleep(2)
+        return None
+
+sys.meta_path.insert(0, SlowEngine())
+from pev.cli import main
+main(sys.argv[2:])
+"""
+
+
+def test_sigterm_while_the_engine_loads_exits_0(tmp_path: Path) -> None:
+    """SIGTERM while pev's engine is still loading: the worker stops cleanly, exit 0.
+
+    The entry point takes SIGTERM before anything loads the engine (docs/cli.md), so the signal
+    is noted, not fatal, and the worker stops as soon as it starts.
+    """
+    marker = tmp_path / "loading"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_ENGINE, str(marker), "--db", str(tmp_path / "l.db"), "worker"],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert worker.poll() is None, worker.communicate()[1]
+            assert time.monotonic() < deadline, "the engine never began to load"
+            time.sleep(0.005)
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=60)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, err
+    assert "stopped: 0 claimed" in err

@@ -211,9 +211,12 @@ def test_images_belong_to_user_messages() -> None:
 
 def test_a_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the openai SDK, pev.llm still imports; OpenAIChat says what to install."""
-    monkeypatch.delitem(sys.modules, "pev.llm.openai")
-    monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` fail
     llm = importlib.import_module("pev.llm")
+    # As in a process that never had the SDK: the module and the names bound from it are gone.
+    monkeypatch.delitem(sys.modules, "pev.llm.openai", raising=False)
+    monkeypatch.delattr(llm, "openai", raising=False)
+    monkeypatch.delattr(llm, "OpenAIChat", raising=False)
+    monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` fail
     assert llm.LLMPlanner.__name__ == "LLMPlanner"
     with pytest.raises(ImportError, match=r"pip install 'pev-agent\[llm\]'"):
         importlib.import_module("pev.llm.openai")

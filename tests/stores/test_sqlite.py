@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +96,50 @@ def test_without_create_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     assert message.startswith(f"no pev ledger at {path}; ")
     assert "\n" not in message
     assert not (tmp_path / "nowhere").exists()
+
+
+def _unopenable(tmp_path: Path, case: str) -> str:
+    """A path that holds no ledger file, of the kind ``case`` names."""
+    regular = tmp_path / "somefile"
+    regular.write_text("x", encoding="utf-8")
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    return {
+        "a-folder": str(tmp_path / "folder"),
+        "a-pipe": str(tmp_path / "pipe"),
+        "a-nul": str(tmp_path / "led\x00ger.db"),
+        "under-a-file": str(regular / "ledger.db"),
+        "missing": str(tmp_path / "ledger.db"),
+    }[case]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize(
+    ("case", "error", "words"),
+    [
+        pytest.param("a-folder", StoreError, "is a folder, not a ledger file", id="a-folder"),
+        pytest.param("a-pipe", StoreError, "is not a regular file", id="a-pipe"),
+        pytest.param("a-nul", StoreError, "holds a NUL character", id="a-nul"),
+        pytest.param("under-a-file", UsageError, "somefile is a file, not a folder", id="under"),
+        pytest.param("missing", UsageError, "no pev ledger at", id="missing"),
+    ],
+)
+def test_without_create_a_path_that_holds_no_ledger_is_one_line(
+    tmp_path: Path, case: str, error: type[Exception], words: str
+) -> None:
+    """create=False refuses a path without a ledger file in one line, as creating does."""
+    path = _unopenable(tmp_path, case)
+    there = sorted(tmp_path.rglob("*"))
+    with pytest.raises(error) as raised:
+        SQLiteStore(path, create=False)
+    message = str(raised.value)
+    assert words in message
+    assert "\n" not in message
+    assert sorted(tmp_path.rglob("*")) == there  # nothing made
+    if error is StoreError:  # the very error of the creating path
+        with pytest.raises(StoreError) as creating:
+            SQLiteStore(path)
+        assert str(creating.value) == message
 
 
 async def test_without_create_an_existing_ledger_opens(

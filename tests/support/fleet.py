@@ -303,7 +303,9 @@ class Fleet:
                     ending = None
                 elif inside and line and not line[0].isspace():
                     inside, ending = False, line.split(":", 1)[0].rsplit(".", 1)[-1]
-                elif line and not inside and ending is not None:
+                elif line and not line[0].isspace() and not inside and ending is not None:
+                    # The next line that is not the message's own (a message may run over
+                    # indented lines, libpq's do): the traceback is over, its ending counted.
                     errors[ending] += 1
                     ending = None
             if ending is not None:

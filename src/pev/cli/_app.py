@@ -51,6 +51,7 @@ from pev.cli._drive import (
     submit_command,
     worker_command,
 )
+from pev.cli._early import EarlySignals
 from pev.cli._export import export_command
 from pev.cli._integrity import anchor_command, verify_command
 from pev.cli._lessons import lesson_list, lesson_view
@@ -100,6 +101,9 @@ _JSON = click.option(
 @click.pass_context
 def cli(ctx: click.Context, db: str | None) -> None:
     """pev: agents that plan, act, check their work, and diagnose before they re-plan."""
+    early = EarlySignals.installed()
+    if early is not None and ctx.invoked_subcommand != "worker":
+        early.hand_back()  # a worker takes them over itself (pev.cli._early)
     ctx.obj = db or str(default_db())
 
 

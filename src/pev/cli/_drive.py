@@ -34,6 +34,7 @@ from pev.cli._common import (
     task_db,
     text_option,
 )
+from pev.cli._early import EarlySignals, Handler
 from pev.cli._mcp import open_recorded, open_servers, recorded_agent, records_servers
 from pev.cli._output import echo_line, stdout_console
 from pev.cli._progress import ConsoleRail
@@ -313,8 +314,13 @@ class _EarlyStop:
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
-        self.received: int | None = None
-        self._previous = {signum: signal.getsignal(signum) for signum in self.SIGNALS}
+        # A signal the entry point noted while the engine loaded is this worker's to act on.
+        early = EarlySignals.installed()
+        self.received: int | None = early.received if early is not None else None
+        before: dict[int, Handler] = early.previous if early is not None else {}
+        self._previous = {
+            signum: before.get(signum, signal.getsignal(signum)) for signum in self.SIGNALS
+        }
         for signum in self.SIGNALS:
             signal.signal(signum, self._note)
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from pev._json import value_problem
+from pev._logs import log_failure
 from pev.engine._agent import (
     Agent,
     ExecutorLike,
@@ -355,7 +356,9 @@ async def learn_from(experience: LessonBook | None, state: TaskState) -> None:
     try:
         await experience.record(state)
     except StoreError:
-        _log.warning("task %s: recording its episode failed", state.task_id, exc_info=True)
+        log_failure(
+            _log, "task %s: recording its episode failed", state.task_id, level=logging.WARNING
+        )
 
 
 def _blocking(

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 
+from pev._logs import log_failure
 from pev.errors import LeaseLost, PevError
 from pev.ledger import DriverStarted, Lease, Ledger, utc_now
 
@@ -169,7 +170,7 @@ class Tenure:
                 self.taken_over(on_lost)
                 return
             except PevError:
-                log.exception("pev: task %s: renewing the lease failed", self._task_id)
+                log_failure(log, "pev: task %s: renewing the lease failed", self._task_id)
 
     def taken_over(self, on_lost: Callable[[], object]) -> None:
         """Note that another driver took the task over and call ``on_lost``, once."""
@@ -186,7 +187,7 @@ class Tenure:
         try:
             await self._ledger.release(self._lease)
         except PevError:
-            log.exception("pev: task %s: releasing the lease failed", self._task_id)
+            log_failure(log, "pev: task %s: releasing the lease failed", self._task_id)
 
     def lost_error(self) -> LeaseLost:
         """The error a drive that lost its lease ends with."""

@@ -7,11 +7,10 @@ at most ``concurrency`` at a time, and on ``stop`` claims nothing more, lets in-
 their terminal records, and releases its leases. See docs/workers.md.
 
 A drive that cannot start (the task's agent does not rebuild, an MCP server will not start) is
-written to the ledger as a ``start_failed`` event, its lease let go at once, and the task tried
-again by this worker only after a pause that doubles each time; after the policy's
-``start_attempts`` the task ends ``failed``/``agent_unavailable``. A task whose lease is held by
-a process of this host that no longer exists is freed for a claim at once, instead of when the
-lease expires.
+a ``start_failed`` event, its lease let go at once, and the task tried again by this worker only
+after a pause that doubles each time (:mod:`pev.engine._start_failures`). A task whose lease is
+held by a process of this host that no longer exists is freed for a claim at once, instead of
+when the lease expires.
 """
 
 from __future__ import annotations
@@ -19,14 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import re
-import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
 
+from pev._logs import log_failure
 from pev.engine._agent import (
     Agent,
     ExecutorLike,
@@ -37,27 +34,25 @@ from pev.engine._agent import (
 )
 from pev.engine._api import driver_for, learn_from, new_task_of
 from pev.engine._components import agent_paths, has_recorded_tools, rebuild, use_import_roots
-from pev.engine._redact import known_redactor
+from pev.engine._start_failures import Backoff, NotStarted, let_go, record_not_started
 from pev.engine._tenure import free_if_owner_gone, new_owner
 from pev.engine._trust import check_chain
 from pev.errors import (
     ComponentError,
-    ConflictError,
     LeaseError,
     LedgerCorruptError,
     PevError,
+    StateError,
     StoreError,
+    StoreUnavailable,
     UsageError,
 )
 from pev.experience import LessonBook
-from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
     TERMINAL_PHASES,
     Lease,
     Ledger,
-    StartFailed,
     Store,
-    TaskFinished,
     TaskPhase,
     TaskState,
     Wakeups,
@@ -169,6 +164,11 @@ class WorkerReport:
             expires, so it is not claimed again at once.
         freed: Leases it freed because their owner was a process of this host that no longer
             exists.
+        taken_over: Claimed tasks another driver took over while this one drove them (its
+            lease expired meanwhile: a long pause, a store away for longer than the lease);
+            the other driver goes on with them.
+        unavailable: Claimed tasks whose drive stopped because the store did not answer (its
+            lease is held until it expires; then any worker goes on with the task).
     """
 
     owner: str
@@ -179,6 +179,8 @@ class WorkerReport:
     not_started: int = 0
     failed: int = 0
     freed: int = 0
+    taken_over: int = 0
+    unavailable: int = 0
 
 
 async def worker(
@@ -231,7 +233,7 @@ async def worker(
     report = WorkerReport(owner=owner or new_owner())
     drain = asyncio.Event()
     active: dict[str, asyncio.Task[None]] = {}
-    backoff = _Backoff(first_s=poll_s, most_s=lease_s or DEFAULT_LEASE_S)
+    backoff = Backoff(first_s=poll_s, most_s=lease_s or DEFAULT_LEASE_S)
     shared = _Shared(
         store, agent, tuple(rails), experience, clock, report, lease_s, drain, agent_for, backoff
     )
@@ -278,7 +280,8 @@ async def worker(
             await asyncio.gather(*active.values(), return_exceptions=True)
     log.info(
         "worker %s stopped: %d claimed, %d ended, %d drained, %d awaiting approval, "
-        "%d failed, %d not started, %d leases of dead local owners freed",
+        "%d failed, %d not started, %d leases of dead local owners freed, %d taken over by "
+        "another driver, %d stopped by a store that did not answer",
         report.owner,
         report.claimed,
         report.ended,
@@ -287,6 +290,8 @@ async def worker(
         report.failed,
         report.not_started,
         report.freed,
+        report.taken_over,
+        report.unavailable,
     )
     return report
 
@@ -300,79 +305,9 @@ _DEAD_OWNER_SCAN = 200
 # The phases of tasks a driver may hold (one awaiting approval holds no lease).
 _DRIVEN = frozenset(TaskPhase) - TERMINAL_PHASES - {TaskPhase.AWAITING_APPROVAL}
 
-# How a start failure's cause is kept: one line, at most this long.
-_CAUSE_CHARS = 500
-
-# The hint the engine adds for Python callers of resume, which a worker's reader cannot follow.
-_PYTHON_HINT = re.compile(r"; pass \w+=\.\.\. to resume$")
-
-
-def start_cause(exc: BaseException) -> str:
-    """Why a drive could not start, in one line: the error's type and message, secrets redacted."""
-    text = _PYTHON_HINT.sub("", " ".join(str(exc).split()))
-    cause = known_redactor().text(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
-    return cause if len(cause) <= _CAUSE_CHARS else cause[: _CAUSE_CHARS - 3] + "..."
-
-
-class _NotStarted(Exception):  # noqa: N818 - a private carrier of the task's state, not an error
-    """A claimed task's drive could not start; carries the task's state after the record."""
-
-    def __init__(self, state: TaskState) -> None:
-        super().__init__(state.task_id)
-        self.state = state
-
-
-class _Backoff:
-    """When this worker may claim again each task whose drive it could not start.
-
-    After a task's ``n``-th failed start it waits ``first_s * 2 ** (n - 1)``, at most
-    ``most_s``: other workers may take the task sooner (a worker where its agent imports).
-    """
-
-    def __init__(self, *, first_s: float, most_s: float) -> None:
-        self._first_s = first_s
-        self._most_s = most_s
-        self._due: dict[str, float] = {}
-
-    def note(self, task_id: str, attempts: int) -> None:
-        """The task's drive failed to start for the ``attempts``-th time."""
-        delay = min(self._first_s * 2 ** min(max(attempts - 1, 0), 30), self._most_s)
-        self._due[task_id] = _loop_time() + delay
-
-    def waiting(self) -> frozenset[str]:
-        """The tasks not to drive yet."""
-        now = _loop_time()
-        self._due = {task_id: due for task_id, due in self._due.items() if due > now}
-        return frozenset(self._due)
-
-    def next_due_s(self) -> float:
-        """Seconds until the first waiting task is due (0 when none waits)."""
-        return max((min(self._due.values(), default=0.0) - _loop_time()), 0.0)
-
-
-def _loop_time() -> float:
-    return asyncio.get_running_loop().time()
-
-
 # An idle worker of a store that cannot wake it polls, waiting this long at first, then twice
 # as long after each look that finds nothing, up to ``poll_s``.
 _FIRST_POLL_S = 0.05
-
-
-def _start_failure(
-    state: TaskState, failed: StartFailed, attempts: int
-) -> list[StartFailed | TaskFinished]:
-    """The events of a failed start: the failure, and the task's end at its last attempt."""
-    if attempts < state.policy.start_attempts:
-        return [failed]
-    return [
-        failed,
-        TaskFinished(
-            status=TaskStatus.FAILED,
-            reason=TerminalReason.AGENT_UNAVAILABLE,
-            detail=f"its drive could not start {attempts} times; the last time: {failed.cause}",
-        ),
-    ]
 
 
 def _wakeups(store: Store) -> contextlib.AbstractAsyncContextManager[asyncio.Event | None]:
@@ -442,7 +377,7 @@ class _Shared:
     lease_s: float | None
     drain: asyncio.Event
     agent_for: AgentOpener | None
-    backoff: _Backoff
+    backoff: Backoff
     expired_at: float = float("-inf")  # loop time of the last look for overdue tasks
     scanned_at: float = float("-inf")  # loop time of the last look for dead local owners
 
@@ -459,7 +394,7 @@ class _Shared:
         try:
             await Ledger(self.store, clock=self.clock).expire_overdue()
         except PevError:
-            log.exception("worker %s: expiring overdue tasks failed", self.report.owner)
+            log_failure(log, "worker %s: expiring overdue tasks failed", self.report.owner)
 
     async def free_dead_owners(self) -> None:
         """Free the leases held by processes of this host that are gone, every lease_s/3 at most.
@@ -468,7 +403,7 @@ class _Shared:
         whose owner was a process of this host that no longer exists; the next claim takes the
         task. A store failure is logged, and tried again at a later look.
         """
-        now = _loop_time()
+        now = asyncio.get_running_loop().time()
         if now - self.scanned_at < (self.lease_s or DEFAULT_LEASE_S) / 3:
             return
         self.scanned_at = now
@@ -480,7 +415,9 @@ class _Shared:
                 if await free_if_owner_gone(ledger, lease, now=self.clock()):
                     self.report.freed += 1
         except PevError:
-            log.exception("worker %s: looking for leases of dead owners failed", self.report.owner)
+            log_failure(
+                log, "worker %s: looking for leases of dead owners failed", self.report.owner
+            )
 
     async def claim(self, room: int) -> tuple[tuple[Lease, ...], int]:
         """Take the leases of up to ``room`` runnable tasks; none when the store fails.
@@ -498,34 +435,48 @@ class _Shared:
                 limit=room + min(len(waiting), _DEAD_OWNER_SCAN),
             )
         except PevError:
-            log.exception("worker %s: claiming tasks failed", self.report.owner)
+            log_failure(log, "worker %s: claiming tasks failed", self.report.owner)
             return (), 0
         kept: list[Lease] = []
-        let_go: list[Lease] = []
+        put_back: list[Lease] = []
         for lease in leases:
-            (let_go if lease.task_id in waiting or len(kept) >= room else kept).append(lease)
+            (put_back if lease.task_id in waiting or len(kept) >= room else kept).append(lease)
         ledger = Ledger(self.store, clock=self.clock)
-        for lease in let_go:
-            await self._release(ledger, lease)
-        return tuple(kept), sum(lease.task_id in waiting for lease in let_go)
-
-    async def _release(self, ledger: Ledger, lease: Lease) -> None:
-        """Let a lease go now; a store failure is logged (the lease then expires)."""
-        try:
-            await ledger.release(lease)
-        except PevError:
-            log.exception("task %s: releasing the lease failed", lease.task_id)
+        for lease in put_back:
+            await let_go(ledger, lease)
+        return tuple(kept), sum(lease.task_id in waiting for lease in put_back)
 
     async def drive(self, claimed: Lease) -> None:
         """Drive one claimed task as resume would; its failures are logged, never raised."""
         report, task_id = self.report, claimed.task_id
         try:
             state = await self._drive(claimed)
-        except _NotStarted as not_started:
+        except NotStarted as not_started:
             report.not_started += 1
             if not_started.state.terminal:
                 report.ended += 1
             return
+        except LeaseError as exc:
+            # Another driver holds the task now: it goes on with it. Not this task's fault.
+            report.taken_over += 1
+            log.warning("task %s: another driver took it over (%s); it goes on there", task_id, exc)
+            return
+        except StoreUnavailable as exc:
+            report.unavailable += 1
+            log.warning(
+                "task %s: the store did not answer (%s); its lease is held until it expires, "
+                "then any worker goes on with it",
+                task_id,
+                exc,
+            )
+            return
+        except StateError:
+            # Another writer ended the task under this drive (an expiry, say): it is over.
+            ended = await self._ended_meanwhile(task_id)
+            if ended is None:
+                self._failed(task_id)
+                return
+            state = ended
         except (LedgerCorruptError, UsageError) as exc:
             # A broken chain, or a misuse the drive ran into: the task's own fault, told in
             # one line. Its lease stays taken until it expires, as below.
@@ -536,16 +487,8 @@ class _Shared:
                 exc,
             )
             return
-        except Exception:  # any failure: a worker outlives the tasks it cannot drive
-            # The lease stays taken until it expires (the driver holds it on an error; a task
-            # that failed before its driver took it keeps the claim's), so that no worker
-            # claims the task straight back, to fail again in a hot loop.
-            report.failed += 1
-            log.exception(
-                "task %s: driving it failed; it stays in the store, its lease held until it "
-                "expires",
-                task_id,
-            )
+        except Exception:  # noqa: BLE001 - any failure: a worker outlives the tasks it cannot drive
+            self._failed(task_id)
             return
         if state.terminal:
             report.ended += 1
@@ -567,6 +510,27 @@ class _Shared:
         else:
             report.drained += 1
             log.info("task %s left %s for another driver; lease released", task_id, state.phase)
+
+    def _failed(self, task_id: str) -> None:
+        """Count and log (with its traceback) the failure being handled of a task's drive.
+
+        The lease stays taken until it expires (the driver holds it on an error; a task that
+        failed before its driver took it keeps the claim's), so that no worker claims the task
+        straight back, to fail again in a hot loop.
+        """
+        self.report.failed += 1
+        log.exception(
+            "task %s: driving it failed; it stays in the store, its lease held until it expires",
+            task_id,
+        )
+
+    async def _ended_meanwhile(self, task_id: str) -> TaskState | None:
+        """The task's state if it has ended (another writer ended it), else ``None``."""
+        try:
+            state = await Ledger(self.store, clock=self.clock).state(task_id)
+        except PevError:
+            return None
+        return state if state.terminal else None
 
     async def _drive(self, claimed: Lease) -> TaskState:
         ledger = Ledger(self.store, clock=self.clock)
@@ -594,7 +558,8 @@ class _Shared:
             except (StoreError, LeaseError):
                 raise  # the store's trouble, not the task's: handled as any failed drive
             except Exception as exc:
-                raise _NotStarted(await self._not_started(ledger, state, claimed, exc)) from exc
+                state = await record_not_started(ledger, state, claimed, exc, backoff=self.backoff)
+                raise NotStarted(state) from exc
             final = await driver.steps()
         await learn_from(self.experience, final)
         return final
@@ -607,54 +572,3 @@ class _Shared:
         if self.agent_for is not None:
             return self.agent_for(state)
         return contextlib.nullcontext(rebuild(state.created.components, {}))
-
-    async def _not_started(
-        self, ledger: Ledger, state: TaskState, claimed: Lease, exc: Exception
-    ) -> TaskState:
-        """Record a drive that could not start, let its lease go, end the task after N tries.
-
-        The ``start_failed`` event names the cause and this worker; with the policy's
-        ``start_attempts`` reached, the task ends ``failed``/``agent_unavailable`` in the same
-        write. The lease is released whatever happens to that write, and this worker waits
-        before it drives the task again.
-        """
-        task_id = claimed.task_id
-        cause = start_cause(exc)
-        failed = StartFailed(
-            owner=claimed.owner,
-            epoch=claimed.epoch,
-            host=socket.gethostname(),
-            process=os.getpid(),
-            cause=cause,
-        )
-        attempts = state.failed_starts + 1
-        try:
-            for _ in range(3):  # another writer (a cancel) may move the task on meanwhile
-                attempts = state.failed_starts + 1
-                try:
-                    state, _ = await ledger.write(
-                        task_id, _start_failure(state, failed, attempts), fence=claimed
-                    )
-                    break
-                except ConflictError:
-                    ledger.forget(task_id)
-                    state = await ledger.state(task_id)
-                    if state.terminal:
-                        break
-        except PevError:
-            log.exception("task %s: recording that its drive could not start failed", task_id)
-        finally:
-            await self._release(ledger, claimed)
-        self.backoff.note(task_id, attempts)
-        ended = state.finished
-        log.error(
-            "task %s: its drive could not start (attempt %d of %d): %s; %s",
-            task_id,
-            attempts,
-            state.policy.start_attempts,
-            cause,
-            f"it ended {ended.status}/{ended.reason}"
-            if ended is not None
-            else "lease released, to be tried again",
-        )
-        return state

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from pev._logs import log_failure
 from pev.ledger._lease import Lease
 from pev.ledger._phases import TERMINAL_PHASES, TaskPhase
 from pev.ledger._store import Store
@@ -183,10 +184,10 @@ class TaskWatch:
             looks += 1
             try:
                 marks = await read_marks(self._store, tuple(self._followers))
-            except Exception:
+            except Exception:  # noqa: BLE001 - logged by log_failure; the watch goes on
                 # A store's failure (or a damaged index row) must not end the watch of every
                 # task: it is logged, and the next look tries again.
-                log.exception("pev: watching %d tasks failed", len(self._followers))
+                log_failure(log, "pev: watching %d tasks failed", len(self._followers))
                 continue
             for mark in marks:
                 for follower in tuple(self._followers.get(mark.task_id, ())):
@@ -194,8 +195,8 @@ class TaskWatch:
             if self._expire is not None and looks % _EXPIRE_EVERY_POLLS == 0:
                 try:
                     await self._expire()
-                except Exception:
-                    log.exception("pev: expiring overdue tasks failed")
+                except Exception:  # noqa: BLE001 - logged by log_failure; the watch goes on
+                    log_failure(log, "pev: expiring overdue tasks failed")
 
 
 class WatchedStore:

@@ -37,11 +37,13 @@ from pev import codec
 from pev.errors import CodecError, SchemaVersionError, StoreError, StoreUnavailable, UsageError
 from pev.ledger import SCHEMA_VERSION
 from pev.stores._sqlite_file import (
+    check_ledger_path,
     check_not_foreign,
     make_room,
     one_line,
     os_reason,
     unreadable,
+    why_not_there,
 )
 from pev.stores._wakeups import watched
 
@@ -624,15 +626,24 @@ def _existing(location: str) -> str:
     """The URI that opens the ledger file at ``location`` without creating it.
 
     Raises:
-        UsageError: No file is there.
+        StoreError: The path cannot name a ledger file (as when creating one: a NUL, a folder,
+            a device, a pipe or a socket).
+        UsageError: No file is there (its folder missing or a regular file, say).
     """
-    if not os.path.lexists(location):
-        raise _no_ledger(location)
+    check_ledger_path(location)
+    try:
+        os.lstat(location)
+    except FileNotFoundError:
+        raise _no_ledger(location) from None
+    except OSError as exc:
+        raise _no_ledger(location, why=why_not_there(location, exc)) from None
     uri = Path(location).absolute().as_uri()
     return f"{uri}?mode=rw"
 
 
-def _no_ledger(location: str) -> UsageError:
+def _no_ledger(location: str, *, why: str | None = None) -> UsageError:
+    if why is not None:  # nothing can be there either: running a task would not make one
+        return UsageError(f"no pev ledger at {location} ({why}); check the path (--db, PEV_DB)")
     return UsageError(
         f"no pev ledger at {location}; check the path (--db, PEV_DB), or run or submit a task "
         "to create one there"

@@ -16,15 +16,22 @@ from pathlib import Path
 
 from pev.errors import StoreError
 
-__all__ = ["check_not_foreign", "make_room", "one_line", "os_reason", "unreadable"]
+__all__ = [
+    "check_ledger_path",
+    "check_not_foreign",
+    "make_room",
+    "one_line",
+    "os_reason",
+    "unreadable",
+    "why_not_there",
+]
 
 
-def make_room(location: str) -> None:
-    """Create the folders a new ledger file goes in; a path that cannot hold one is named.
+def check_ledger_path(location: str) -> None:
+    """Refuse a path that cannot name a ledger file, whether or not the file is to be made.
 
     Raises:
-        StoreError: The path holds a NUL, names a folder, a device, a pipe or a socket, or its
-            folder cannot be made (a regular file in the way, a name too long, no permission).
+        StoreError: The path holds a NUL, or names a folder, a device, a pipe or a socket.
     """
     path = Path(location)
     if "\0" in location:
@@ -38,18 +45,31 @@ def make_room(location: str) -> None:
         raise StoreError(
             f"{location} is not a regular file (a device, a pipe or a socket); name a ledger file"
         )
+
+
+def make_room(location: str) -> None:
+    """Create the folders a new ledger file goes in; a path that cannot hold one is named.
+
+    Raises:
+        StoreError: The path holds a NUL, names a folder, a device, a pipe or a socket, or its
+            folder cannot be made (a regular file in the way, a name too long, no permission).
+    """
+    check_ledger_path(location)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        Path(location).parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        blocker = next((p for p in path.parents if _is(p, Path.is_file)), None)
-        if blocker is not None:
-            why = f"{blocker} is a file, not a folder"
-        else:
-            why = exc.strerror or type(exc).__name__
         raise StoreError(
-            f"cannot make the folder of the ledger {location} ({why}); name a path in a folder "
-            "you can write"
+            f"cannot make the folder of the ledger {location} ({why_not_there(location, exc)}); "
+            "name a path in a folder you can write"
         ) from exc
+
+
+def why_not_there(location: str, exc: OSError) -> str:
+    """Why the system found nothing at ``location`` (or could not make its folder), in words."""
+    blocker = next((p for p in Path(location).parents if _is(p, Path.is_file)), None)
+    if blocker is not None:
+        return f"{blocker} is a file, not a folder"
+    return exc.strerror or type(exc).__name__
 
 
 def unreadable(location: str, exc: BaseException) -> StoreError:
