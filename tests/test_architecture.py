@@ -211,6 +211,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "pev._imports",
             "pev._lazy",
             "pev._logs",
+            "pev._signals",
             "pev.codec",
             "pev.policy",
             "pev.chat",

@@ -351,3 +351,22 @@ def test_the_viewer_bench_times_both_pages_of_one_task() -> None:
     assert show_s > 0
     assert size > 10_000  # fifty revisions' worth of page
     assert "| viewer ÷ `pev show` |" in viewer.report(page_s, show_s, size)
+
+
+@pytest.mark.usefixtures("bench")
+def test_the_store_faults_verdict_tells_a_missed_target_from_an_honest_ending() -> None:
+    """`bench_store_faults.py`: a task that did not succeed is wrong unless a freeze ended it."""
+    from tests.support.store_faults import FaultReport
+
+    verdict = __import__("bench_store_faults").verdict
+    clean = [FaultReport(fault, tasks=4, succeeded=4) for fault in ("crash", "freeze")]
+    assert verdict(clean).startswith("Every run ended every task")
+    frozen = FaultReport("freeze", tasks=4, succeeded=3, unsucceeded=["t1 partial/device_failure"])
+    honest = verdict([clean[0], frozen])
+    assert "Not as it should be" not in honest
+    assert "ended otherwise, honestly" in honest
+    assert "freeze: t1 partial" in honest
+    cut = FaultReport("terminate", tasks=4, succeeded=3, unsucceeded=["t2 partial/device_failure"])
+    wrong = verdict([cut, frozen])
+    assert wrong.startswith("**Not as it should be:**\n\n* terminate: t2 partial")
+    assert "* freeze: t1 partial" in wrong.split("honestly")[1]

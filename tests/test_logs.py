@@ -40,3 +40,16 @@ def test_any_other_failure_keeps_its_traceback(caplog: pytest.LogCaptureFixture)
     assert record.levelno == logging.ERROR
     assert record.exc_info is not None
     assert record.getMessage() == "worker w1: claiming tasks failed"
+
+
+def test_a_call_made_once_says_what_comes_of_it(caplog: pytest.LogCaptureFixture) -> None:
+    log = logging.getLogger("pev.test")
+    with caplog.at_level(logging.WARNING, logger="pev.test"):
+        try:
+            raise StoreUnavailable("the server closed the connection")
+        except StoreError:
+            log_failure(log, "task %s: releasing the lease failed", "t1", then="it expires")
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        "task t1: releasing the lease failed (the server closed the connection); it expires"
+    )

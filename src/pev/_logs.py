@@ -18,7 +18,11 @@ __all__ = ["log_failure"]
 
 
 def log_failure(
-    log: logging.Logger, message: str, *args: object, level: int = logging.ERROR
+    log: logging.Logger,
+    message: str,
+    *args: object,
+    level: int = logging.ERROR,
+    then: str = "it is tried again",
 ) -> None:
     """Log the exception being handled (call it in an ``except`` block) after ``message``.
 
@@ -28,9 +32,11 @@ def log_failure(
         args: The format's values.
         level: The level of a failure other than a store that did not answer (which is always
             a warning).
+        then: What happens next, told after a store that did not answer (a call made once
+            says what comes of it instead).
     """
     exc = sys.exc_info()[1]
     if isinstance(exc, StoreUnavailable):
-        log.warning(message + " (%s); it is tried again", *args, exc)
+        log.warning(message + " (%s); %s", *args, exc, then)
     else:
         log.log(level, message, *args, exc_info=True)

@@ -241,3 +241,47 @@ def test_pev_resume_refuses_a_bare_function_in_one_line(
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert f"decorated tool {module}:pay_tool" in done.stderr
     assert charges(payments) == []
+
+
+TWIN = """
+import pev
+from pev.model import Plan
+
+
+@pev.tool(effect="query")
+def look() -> str:
+    return "{name}"
+
+
+def planner(request):
+    return Plan("{name}", ())
+
+
+agent = pev.Agent(planner, tools=[look])
+"""
+
+
+def test_a_module_of_the_same_name_from_another_folder_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tasks whose agents are ``agent.py`` of two folders: a process that holds the first
+    one's module refuses to rebuild the second task with it, naming both folders."""
+    from pev.engine._components import IMPORT_ROOTS_KEY, rebuild
+
+    name = f"twin_agent_{tmp_path.name.replace('-', '_')}"
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        folder.mkdir()
+        (folder / f"{name}.py").write_text(TWIN.format(name=folder.name), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(first))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    try:
+        mine = rebuild({"agent": f"{name}:agent", IMPORT_ROOTS_KEY: str(first)}, {})
+        assert mine.planner(None).goal == "first"
+        with pytest.raises(ComponentError) as refused:
+            rebuild({"agent": f"{name}:agent", IMPORT_ROOTS_KEY: str(second)}, {})
+        message = str(refused.value)
+        assert f"the task's module {name!r} is in {second}" in message
+        assert f"from {first}" in message
+    finally:
+        sys.modules.pop(name, None)

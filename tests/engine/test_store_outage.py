@@ -71,6 +71,21 @@ async def _check(store: FlakyStore, result: pev.RunResult) -> None:
     assert (await Ledger(store).verify(result.task_id)).ok
 
 
+def _ship_then_outage(
+    store: FlakyStore, away_s: float, delivered: asyncio.Event
+) -> pev.engine.Tool[..., str]:
+    """A ``ship`` after which the store goes away for ``away_s``, as the action is delivered."""
+
+    @pev.tool(effect="action", name="ship")
+    async def ship_then_outage(order: str, count: int) -> str:
+        sent.append(f"ship {order} x{count}")
+        store.outage(away_s)
+        delivered.set()
+        return f"shipped {order}"
+
+    return ship_then_outage
+
+
 async def test_tasks_end_as_without_faults_when_answers_are_lost() -> None:
     store = FlakyStore(chance=0.3, seed=26)
     orders = [f"order-{n}" for n in range(12)]
@@ -91,15 +106,7 @@ async def test_a_drive_waits_out_a_store_away_for_longer_than_a_write_is_patient
     monkeypatch.setattr(unanswered, "PATIENCE_S", 0.1)
     store = FlakyStore()
     gate = asyncio.Event()
-
-    @pev.tool(effect="action", name="ship")
-    async def ship_then_outage(order: str, count: int) -> str:
-        sent.append(f"ship {order} x{count}")
-        store.outage(1.0)  # the store goes away as the action is delivered
-        gate.set()
-        return f"shipped {order}"
-
-    slow = pev.Agent(planner, tools=[stock, ship_then_outage], verifier=verifier)
+    slow = pev.Agent(planner, tools=[stock, _ship_then_outage(store, 1.0, gate)], verifier=verifier)
     result = await asyncio.wait_for(pev.run("order-x", agent=slow, store=store), timeout=30)
     assert gate.is_set()
     await _check(store, result)
@@ -156,3 +163,37 @@ async def test_a_worker_that_cannot_read_a_task_says_so_in_one_line_and_goes_on(
     assert said.levelno == logging.WARNING
     assert said.exc_info is None
     assert sent == ["ship order-z x2"]
+
+
+async def test_a_draining_worker_stops_waiting_for_a_store_that_is_away(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SIGTERM's drain ends a drive's wait for the store: the worker stops, the task's lease
+    held until it expires, and the task is driven to its end later, its action sent once."""
+    monkeypatch.setattr(unanswered, "PATIENCE_S", 0.1)
+    store = FlakyStore()
+    delivered = asyncio.Event()
+    away = pev.Agent(
+        planner, tools=[stock, _ship_then_outage(store, 3600, delivered)], verifier=verifier
+    )
+    task_id = await pev.submit("order-w", agent=agent, store=store)
+    stop = asyncio.Event()
+    running = asyncio.create_task(
+        pev.worker(store, agent=away, lease_s=0.5, poll_s=0.05, stop=stop)
+    )
+    await asyncio.wait_for(delivered.wait(), timeout=30)
+    await asyncio.sleep(0.3)  # the drive is waiting for the store now
+    stop.set()
+    report = await asyncio.wait_for(running, timeout=10)  # without the drain: an hour
+    assert (report.claimed, report.unavailable, report.ended) == (1, 1, 0)
+    store.outage(0)  # back: another worker goes on once the lease expires
+    stop = asyncio.Event()
+    running = asyncio.create_task(
+        pev.worker(store, agent=agent, lease_s=0.5, poll_s=0.05, stop=stop)
+    )
+    async with asyncio.timeout(30):
+        while not (await Ledger(store).state(task_id)).terminal:
+            await asyncio.sleep(0.05)
+    stop.set()
+    assert (await running).ended == 1
+    assert sent == ["ship order-w x2"]  # never twice, whatever the ledger says of it

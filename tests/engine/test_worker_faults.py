@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
@@ -25,6 +26,7 @@ from typing import TypeVar
 import pytest
 
 import pev
+from pev.engine._tenure import process_space
 from pev.errors import LeaseHeld
 from pev.ledger import Lease, Ledger, StartFailed, TaskFinished
 from pev.model import VerificationContract, VerificationMode
@@ -305,12 +307,21 @@ def _planner(request: object) -> pev.model.Plan:
     return pev.model.Plan("noop", (pev.model.PlanNode("noop", "do nothing", tool="noop"),))
 
 
+def _local_owner(pid: int) -> str:
+    """An owner id of process ``pid`` of this process table, as pev makes them."""
+    return f"{socket.gethostname()}:{pid}:{process_space()}.deadbeef"
+
+
+def _other_space() -> str:
+    """A process-table tag that is not this one's."""
+    return "000000" if process_space() != "000000" else "111111"
+
+
 async def test_resume_takes_a_dead_local_owners_task_at_once(tmp_path: Path) -> None:
     """A live lease of a process of this host that is gone: resume frees it and drives."""
     store = SQLiteStore(tmp_path / "ledger.db")
     try:
-        owner = f"{socket.gethostname()}:{_dead_pid()}:deadbeef"
-        task_id = await _held_by(store, owner)
+        task_id = await _held_by(store, _local_owner(_dead_pid()))
         result = await pev.resume(task_id, store=store, planner=_planner, tools=[noop])
         assert result.status == "succeeded"
         state = await Ledger(store).state(task_id)
@@ -322,9 +333,18 @@ async def test_resume_takes_a_dead_local_owners_task_at_once(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     "owner",
     [
-        pytest.param(lambda: f"another-host-{uuid.uuid4().hex[:6]}:{_dead_pid()}:cafe", id="host"),
-        pytest.param(lambda: f"{socket.gethostname()}:{os.getpid()}:cafe", id="alive"),
-        pytest.param(lambda: f"{socket.gethostname()}:1:cafe", id="another-users"),
+        pytest.param(
+            lambda: f"another-host-{uuid.uuid4().hex[:6]}:{_dead_pid()}:{process_space()}.cafe",
+            id="host",
+        ),
+        pytest.param(
+            # The same host name, another pid namespace: a container sharing the host's name.
+            lambda: f"{socket.gethostname()}:{_dead_pid()}:{_other_space()}.cafe",
+            id="another-pid-namespace",
+        ),
+        pytest.param(lambda: f"{socket.gethostname()}:{_dead_pid()}:cafe", id="no-space"),
+        pytest.param(lambda: _local_owner(os.getpid()), id="alive"),
+        pytest.param(lambda: _local_owner(1), id="another-users"),
         pytest.param(lambda: "worker-a", id="not-an-owner-id"),
     ],
 )
@@ -354,7 +374,7 @@ async def test_a_worker_frees_a_dead_local_owners_task(tmp_path: Path) -> None:
     """A worker's look for dead owners frees the lease, and its claim then drives the task."""
     store = SQLiteStore(tmp_path / "ledger.db")
     try:
-        task_id = await _held_by(store, f"{socket.gethostname()}:{_dead_pid()}:deadbeef")
+        task_id = await _held_by(store, _local_owner(_dead_pid()))
         stop = asyncio.Event()
         agent = pev.Agent(_planner, tools=[noop])
         running = asyncio.create_task(pev.worker(store, agent=agent, poll_s=0.05, stop=stop))
@@ -395,6 +415,66 @@ async def test_resume_racing_a_driver_that_ends_the_task_returns_its_end(tmp_pat
         again = await pev.resume(task_id, store=store, planner=_planner, tools=[noop])
         assert again == result  # an ended task, returned unchanged
     finally:
+        await store.close()
+
+
+ENDED_FROM_OUTSIDE: list[pev.Store] = []  # the store the tool below ends its task in
+
+
+@pev.tool(effect="query")
+async def end_it_meanwhile() -> str:
+    """End this very task from outside while its drive waits on this call (an operator's hand)."""
+    (store,) = ENDED_FROM_OUTSIDE
+    task_id = pev.engine.current_node_context().task_id
+    ended = TaskFinished(
+        status=pev.TaskStatus.FAILED,
+        reason=pev.kernel.TerminalReason.TASK_DEADLINE_EXPIRED,
+        detail="ended from outside",
+    )
+    await Ledger(store).append(task_id, [ended])
+    return "ok"
+
+
+def _ender_planner(request: object) -> pev.model.Plan:
+    node = pev.model.PlanNode("end", "be ended meanwhile", tool="end_it_meanwhile")
+    return pev.model.Plan("be ended", (node,))
+
+
+async def test_a_task_another_writer_ends_under_a_worker_counts_as_ended(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The drive finds the task ended by someone else under its step: the worker counts it
+    ended (not failed), logs its end in one line without a traceback, and learns from it."""
+    store = SQLiteStore(tmp_path / "ledger.db")
+    ENDED_FROM_OUTSIDE[:] = [store]
+    try:
+        agent = pev.Agent(_ender_planner, tools=[end_it_meanwhile])
+        task_id = await pev.submit("x", agent=agent, store=store)
+        stop = asyncio.Event()
+        learnt: list[str] = []
+
+        class Spy(pev.experience.LessonBook):
+            async def record(self, state: pev.ledger.TaskState) -> pev.experience.Episode:
+                learnt.append(state.task_id)
+                return await super().record(state)
+
+        with caplog.at_level(logging.INFO, logger="pev"):
+            running = asyncio.create_task(
+                pev.worker(store, agent=agent, poll_s=0.05, stop=stop, experience=Spy(store))
+            )
+            async with asyncio.timeout(30):
+                while not (await Ledger(store).state(task_id)).terminal:
+                    await asyncio.sleep(0.02)
+                await asyncio.sleep(0.2)  # the worker meets the end and counts it
+            stop.set()
+            report = await running
+        assert (report.ended, report.failed) == (1, 0)
+        (said,) = [r for r in caplog.records if f"task {task_id} ended" in r.getMessage()]
+        assert said.exc_info is None
+        assert "ended failed/task_deadline_expired" in said.getMessage()
+        assert learnt == [task_id]
+    finally:
+        ENDED_FROM_OUTSIDE.clear()
         await store.close()
 
 
@@ -460,3 +540,47 @@ def test_sigterm_while_the_engine_loads_exits_0(tmp_path: Path) -> None:
         worker.kill()
     assert worker.returncode == 0, err
     assert "stopped: 0 claimed" in err
+
+
+async def test_a_task_ended_for_want_of_its_agent_leaves_no_record_open() -> None:
+    """An earlier driver died mid-call; the task's agent then never starts: the end settles
+    the calls it left, the action ``unknown`` (never sent again), the query ``failed``."""
+    from tests.support import builders
+
+    from pev.engine._start_failures import Backoff, record_not_started
+
+    store = pev.stores.MemoryStore()
+    ledger = Ledger(store)
+    task_id = builders.TASK
+    await ledger.create("x", task_id=task_id, policy=RecoveryPolicy(start_attempts=1))
+    plan = pev.model.Plan(
+        "tidy",
+        (
+            pev.model.PlanNode("move", "move the cup", tool="arm"),
+            pev.model.PlanNode("look", "look at the desk", tool="camera"),
+        ),
+    )
+    await ledger.append(
+        task_id,
+        [
+            builders.revision(1, plan=plan),
+            builders.dispatched("r1", "move"),
+            builders.dispatched("r2", "look", tool="camera", effect=pev.model.Effect.QUERY),
+        ],
+    )
+    claimed = await ledger.acquire(task_id, "worker-b", lease_s=30)
+    state = await record_not_started(
+        ledger,
+        await ledger.state(task_id),
+        claimed,
+        ModuleNotFoundError("No module named 'agent'"),
+        backoff=Backoff(first_s=0.1, most_s=1.0),
+    )
+    assert state.finished is not None
+    assert (state.finished.status, state.finished.reason) == ("failed", "agent_unavailable")
+    move, look = state.records["r1"], state.records["r2"]
+    assert (move.status, look.status) == ("unknown", "failed")
+    result = state.results["r1"]
+    assert isinstance(result, pev.model.DeviceFailure)
+    assert result.outcome_unknown
+    assert (await ledger.verify(task_id)).ok

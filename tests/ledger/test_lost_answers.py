@@ -7,12 +7,14 @@ entries again only when nothing does. The counts of the store's own entries prov
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 from tests.support.flaky_store import FlakyStore
 
 import pev.ledger._unanswered as unanswered
 from pev.errors import ConflictError, LeaseLost, StoreUnavailable
-from pev.ledger import CancelRequested, DriverStarted, Ledger
+from pev.ledger import CancelRequested, DriverStarted, Event, Ledger
 
 pytestmark = pytest.mark.anyio
 
@@ -88,21 +90,51 @@ async def test_past_its_patience_the_same_write_again_settles_it(
     assert (await Ledger(store).verify(task_id)).ok
 
 
+async def _left_unknown(
+    store: FlakyStore,
+    ledger: Ledger,
+    task_id: str,
+    events: list[Event],
+    fault: Literal["before", "after"],
+    *,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Append ``events`` losing the answer (``fault``) past the write's patience: unknown."""
+    monkeypatch.setattr(unanswered, "PATIENCE_S", 0.05)
+    store.fail_appends.append(fault)
+    store.fail_reads = 1000  # the look-up never answers
+    with pytest.raises(StoreUnavailable):
+        await ledger.append(task_id, events)
+    store.fail_reads = 0
+
+
 async def test_other_events_after_an_unsettled_write_follow_it_when_it_landed(
     store: FlakyStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(unanswered, "PATIENCE_S", 0.05)
     ledger = Ledger(store)
     task_id = await _new(ledger)
-    store.fail_appends.append("after")
-    store.fail_reads = 1000
     started = DriverStarted(owner="host:1:a", epoch=1, host="host", process=1)
-    with pytest.raises(StoreUnavailable):
-        await ledger.append(task_id, [started])
-    store.fail_reads = 0
+    await _left_unknown(store, ledger, task_id, [started], "after", monkeypatch=monkeypatch)
     await ledger.append(task_id, [CancelRequested(reason="then")])
     kinds = [e.event.kind for e in await store.read(task_id)]
     assert kinds == ["task_created", "driver_started", "cancel_requested"]
+
+
+async def test_a_kept_write_another_writer_overtook_is_a_conflict_when_tried_again(
+    store: FlakyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same write tried again after another writer's events is refused, not laid on them."""
+    ledger = Ledger(store)
+    task_id = await _new(ledger)
+    mine = [CancelRequested(reason="mine")]
+    # It never landed.
+    await _left_unknown(store, ledger, task_id, mine, "before", monkeypatch=monkeypatch)
+    await Ledger(store).append(task_id, [CancelRequested(reason="theirs")])
+    with pytest.raises(ConflictError):
+        await ledger.append(task_id, mine)  # decided on a head that is gone
+    reasons = [getattr(e.event, "reason", None) for e in await store.read(task_id)]
+    assert reasons == [None, "theirs"]
+    assert (await ledger.state(task_id)).cancel_requested  # read afresh: the head was dropped
 
 
 async def test_a_write_sent_again_keeps_its_fence(store: FlakyStore) -> None:

@@ -32,6 +32,7 @@ import pytest
 from tests.support.private_postgres import PrivateServer, private_server
 from tests.support.store_faults import (
     FAULTS,
+    MUST_SUCCEED,
     TAKEOVER_SLACK_S,
     FaultReport,
     Settings,
@@ -57,10 +58,6 @@ def shop(tmp_path: Path) -> Iterator[ModuleType]:
     """The fleet's shop, with an other end of its own."""
     with shop_in(tmp_path) as module:
         yield module
-
-
-# The faults under which every task must still succeed: nothing a tool did was cut short.
-MUST_SUCCEED = frozenset({"restart-fast", "restart-immediate", "crash", "terminate"})
 
 
 def _failures(report: FaultReport, *, must_succeed: bool = True) -> list[str]:

@@ -104,7 +104,11 @@ def _unopenable(tmp_path: Path, case: str) -> str:
     regular.write_text("x", encoding="utf-8")
     (tmp_path / "folder").mkdir()
     os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "empty.db").touch()
+    (tmp_path / "link.db").symlink_to(tmp_path / "gone.db")
     return {
+        "an-empty-file": str(tmp_path / "empty.db"),
+        "a-link-to-nothing": str(tmp_path / "link.db"),
         "a-folder": str(tmp_path / "folder"),
         "a-pipe": str(tmp_path / "pipe"),
         "a-nul": str(tmp_path / "led\x00ger.db"),
@@ -122,6 +126,8 @@ def _unopenable(tmp_path: Path, case: str) -> str:
         pytest.param("a-nul", StoreError, "holds a NUL character", id="a-nul"),
         pytest.param("under-a-file", UsageError, "somefile is a file, not a folder", id="under"),
         pytest.param("missing", UsageError, "no pev ledger at", id="missing"),
+        pytest.param("an-empty-file", UsageError, "(an empty file, no ledger yet)", id="empty"),
+        pytest.param("a-link-to-nothing", UsageError, "no pev ledger at", id="dangling-link"),
     ],
 )
 def test_without_create_a_path_that_holds_no_ledger_is_one_line(
@@ -129,17 +135,22 @@ def test_without_create_a_path_that_holds_no_ledger_is_one_line(
 ) -> None:
     """create=False refuses a path without a ledger file in one line, as creating does."""
     path = _unopenable(tmp_path, case)
-    there = sorted(tmp_path.rglob("*"))
+    there = _contents(tmp_path)
     with pytest.raises(error) as raised:
         SQLiteStore(path, create=False)
     message = str(raised.value)
     assert words in message
     assert "\n" not in message
-    assert sorted(tmp_path.rglob("*")) == there  # nothing made
+    assert _contents(tmp_path) == there  # nothing made, nothing written
     if error is StoreError:  # the very error of the creating path
         with pytest.raises(StoreError) as creating:
             SQLiteStore(path)
         assert str(creating.value) == message
+
+
+def _contents(folder: Path) -> list[tuple[Path, int]]:
+    """Each path under ``folder`` with its size (a link, a pipe: its own, not followed)."""
+    return sorted((path, path.lstat().st_size) for path in folder.rglob("*"))
 
 
 async def test_without_create_an_existing_ledger_opens(

@@ -54,6 +54,10 @@ from pev.ledger import DriverStarted, Ledger
 from pev.model import DeviceFailure, Effect, RecordStatus, Success
 
 FAULTS = ("restart-fast", "restart-immediate", "crash", "terminate", "freeze")
+# The faults under which every task must still succeed, as without a fault: nothing a tool did
+# was cut short. Under "freeze" a worker stopped mid-call may truly cut its call short; the
+# takeover's reconcile finds it never delivered and the task ends partial, honestly.
+MUST_SUCCEED = frozenset({"restart-fast", "restart-immediate", "crash", "terminate"})
 APPLICATION = "pev-fault-worker-"  # each worker's application_name: this and its number
 FAULT_AT = (0.1, 0.7)  # the share of the tasks ended when a fault comes, drawn for each fault
 FAULT_GAP_S = (0.0, 0.3)  # then a random moment more
@@ -390,7 +394,7 @@ async def _held_by(store: pev.Store, pid: int) -> frozenset[str]:
     now = datetime.now(UTC)
     for summary in await store.list_tasks(phases=UNFINISHED, limit=100_000):
         lease = await store.lease(summary.task_id)
-        # pev's own owner ids are ``host:pid:nonce``
+        # pev's own owner ids are ``host:pid:space.nonce``
         if lease is not None and f":{pid}:" in lease.owner and lease.expires_at > now:
             held.add(summary.task_id)
     return frozenset(held)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -22,6 +21,7 @@ from rich.text import Text
 
 from pev import engine
 from pev._imports import UntrustedImportError
+from pev._signals import stop_on_signals
 from pev.cli._common import (
     FilePath,
     Seconds,
@@ -34,7 +34,7 @@ from pev.cli._common import (
     task_db,
     text_option,
 )
-from pev.cli._early import EarlySignals, Handler
+from pev.cli._early import EarlySignals
 from pev.cli._mcp import open_recorded, open_servers, recorded_agent, records_servers
 from pev.cli._output import echo_line, stdout_console
 from pev.cli._progress import ConsoleRail
@@ -287,8 +287,9 @@ def worker_command(
     on every node; Ray puts the current folder on its workers' path.
     """
     # First of all, before anything slow (joining Ray, opening the store): a SIGTERM from now
-    # on stops the worker cleanly (exit 0), however early it comes.
-    early = _EarlyStop()
+    # on stops the worker cleanly (exit 0), however early it comes. The entry point noted the
+    # signals while the engine loaded (pev.cli._early); a worker run otherwise notes them now.
+    early = EarlySignals.installed() or EarlySignals.install()
     try:
         _serve_worker(
             db,
@@ -304,39 +305,9 @@ def worker_command(
         early.restore()
 
 
-class _EarlyStop:
-    """SIGTERM and SIGINT noted from the moment it is made, until the worker's loop takes over.
-
-    A signal that comes before the worker's loop runs is remembered, and the worker stops as
-    soon as it starts (claiming nothing); :meth:`restore` puts the earlier handlers back.
-    """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self) -> None:
-        # A signal the entry point noted while the engine loaded is this worker's to act on.
-        early = EarlySignals.installed()
-        self.received: int | None = early.received if early is not None else None
-        before: dict[int, Handler] = early.previous if early is not None else {}
-        self._previous = {
-            signum: before.get(signum, signal.getsignal(signum)) for signum in self.SIGNALS
-        }
-        for signum in self.SIGNALS:
-            signal.signal(signum, self._note)
-
-    def _note(self, signum: int, frame: object) -> None:
-        self.received = signum
-
-    def restore(self) -> None:
-        """Put back the handlers there were before."""
-        for signum, earlier in self._previous.items():
-            if earlier is not None:  # None: not set from Python
-                signal.signal(signum, earlier)
-
-
 def _serve_worker(
     db: str,
-    early: _EarlyStop,
+    early: EarlySignals,
     *,
     concurrency: int,
     lease_s: float | None,
@@ -351,7 +322,10 @@ def _serve_worker(
         sys.path.insert(0, here)
     if drivers is not None and ray_address is None:
         fail("--drivers counts the drivers of --ray; give --ray ADDRESS too")
-    on_ray = _join_ray(db, ray_address) if ray_address is not None else None
+    on_ray = None
+    if ray_address is not None:
+        on_ray = _join_ray(db, ray_address)
+        early.take_back()  # joining Ray set its own SIGTERM handler (an exit)
     # What the worker claims and releases (INFO), and pev's warnings (a lost lease, a listener
     # that reconnects), on stderr with the time; with --ray, the drivers' supervisor too.
     handler = logging.StreamHandler(sys.stderr)
@@ -369,18 +343,12 @@ def _serve_worker(
 
     async def serve(ledger: Ledger) -> object:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        signals = (signal.SIGTERM, signal.SIGINT)
-        # remove_signal_handler resets to the default, not to what was there: restore that.
-        previous = {signum: signal.getsignal(signum) for signum in signals}
-        for signum in signals:
-            loop.add_signal_handler(signum, stop.set)
-        if early.received is not None:  # before the loop could hear it: stop at once
-            worker_log.info(
-                "stopping: signal %d came while the worker was starting", early.received
-            )
-            stop.set()
-        try:
+        with stop_on_signals(stop):
+            if early.received is not None:  # before the loop could hear it: stop at once
+                worker_log.info(
+                    "stopping: signal %d came while the worker was starting", early.received
+                )
+                stop.set()
             if on_ray is None:
                 return await engine.worker(
                     ledger.store,
@@ -402,14 +370,10 @@ def _serve_worker(
                     log_level=logging.INFO,
                     gc_threshold=gc_threshold,
                     stop=stop,
+                    handle_signals=False,  # handled here, around both kinds of worker
                 )
             except UsageError as exc:  # no node can hold a driver, say: --ray is at fault
                 fail(f"--ray: {exc}")
-        finally:
-            for signum in signals:
-                loop.remove_signal_handler(signum)
-                if (earlier := previous[signum]) is not None:  # None: not set from Python
-                    signal.signal(signum, earlier)
 
     try:
         on_ledger(db, serve)

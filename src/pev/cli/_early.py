@@ -54,6 +54,12 @@ class EarlySignals:
         owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
         return owner if isinstance(owner, cls) else None
 
+    def take_back(self) -> None:
+        """Note the signals again after a library set its own handlers (joining Ray does)."""
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.previous:
+                signal.signal(signum, self._note)
+
     def _note(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum

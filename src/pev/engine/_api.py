@@ -357,7 +357,11 @@ async def learn_from(experience: LessonBook | None, state: TaskState) -> None:
         await experience.record(state)
     except StoreError:
         log_failure(
-            _log, "task %s: recording its episode failed", state.task_id, level=logging.WARNING
+            _log,
+            "task %s: recording its episode failed",
+            state.task_id,
+            level=logging.WARNING,
+            then="no lesson is drawn from it",
         )
 
 

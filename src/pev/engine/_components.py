@@ -353,6 +353,7 @@ def rebuild(paths: Mapping[str, str], given: Mapping[str, Any]) -> Agent:
         ComponentError: A part neither given nor rebuildable, a recorded agent path that names
             something else, or a tool path that names a decorated tool's bare function.
     """
+    _check_homes(paths)
     recorded = _load_agent(paths["agent"]) if "agent" in paths else None
 
     def part(role: str) -> Any:
@@ -396,6 +397,43 @@ def rebuild(paths: Mapping[str, str], given: Mapping[str, Any]) -> Agent:
         rails=recorded.rails if recorded is not None else (),
         resources=recorded.resources if recorded is not None else None,
         defined_in="",
+    )
+
+
+def _check_homes(paths: Mapping[str, str]) -> None:
+    """Refuse a recorded module that this process holds from another folder than the task's.
+
+    ``sys.modules`` keeps one module of a name: a worker that drove a task whose agent is
+    ``agent.py`` of one folder holds that module, and a second task's ``agent.py`` of another
+    folder would get the first one's planner and tools without a word. A part is checked when
+    its top-level module is loaded and a module of that name is in one of the task's recorded
+    folders (:data:`IMPORT_ROOTS_KEY`).
+
+    Raises:
+        ComponentError: The loaded module comes from another folder, naming both.
+    """
+    roots = [root for root in paths.get(IMPORT_ROOTS_KEY, "").split(os.pathsep) if root]
+    for role in _PATH_ROLES if roots else ():
+        for path in paths.get(role, "").split(","):
+            top = path.partition(":")[0].split(".", maxsplit=1)[0]
+            home = next((root for root in roots if _holds_module(root, top)), None)
+            loaded_from = _root_of(top) if top in sys.modules else None
+            if home is None or loaded_from is None or _real(loaded_from) == _real(home):
+                continue
+            raise ComponentError(
+                f"cannot rebuild the {role}: the task's module {top!r} is in {home}, but this "
+                f"process already holds a module {top!r} from {loaded_from} (one process holds "
+                "one module of a name); give each agent's module a name of its own, or drive "
+                "this task from another process",
+                role=role,
+            )
+
+
+def _holds_module(folder: str, name: str) -> bool:
+    """Whether ``folder`` holds a module or package ``name`` (as an import would find it)."""
+    return bool(name) and (
+        os.path.isfile(os.path.join(folder, f"{name}.py"))
+        or os.path.isdir(os.path.join(folder, name))
     )
 
 

@@ -110,7 +110,6 @@ class Driver:
         self.cancel_signal = asyncio.Event()
         self.tools = components.tools
         self._write_lock = asyncio.Lock()
-        self._outage = Outage(state.task_id)
         self._owner = lease.owner if lease is not None else owner or new_owner()
         self._lease_s = lease_s if lease_s is not None else state.policy.lease_s
         self._tenure = Tenure(
@@ -123,6 +122,7 @@ class Driver:
         )
         self._waits = waits
         self.drain_signal = drain or asyncio.Event()
+        self._outage = Outage(state.task_id, give_up=self.drain_signal)
         self._hold_on_error = hold_on_error
         self._announce = tuple(announce)
         cancel = self.cancel_signal

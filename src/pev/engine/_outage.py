@@ -9,13 +9,15 @@ paid for), and a driver that gave up would leave it to a takeover that can only 
 and when it came back. Its lease may run out meanwhile; when the store answers again, either
 nobody took the task over (the same epoch still holds, and the drive goes on as if nothing
 happened) or another driver did, and the first write is refused with
-:class:`~pev.errors.LeaseLost`: the drive stops, as any stale driver does. A cancel (Ctrl-C, a
-worker's drain) ends the wait.
+:class:`~pev.errors.LeaseLost`: the drive stops, as any stale driver does. A cancel (Ctrl-C)
+ends the wait, and so does a worker's drain (SIGTERM): the drive then stops with the store's
+:class:`~pev.errors.StoreUnavailable`, its lease held until it expires, for any worker to go on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -38,10 +40,12 @@ class Outage:
 
     Args:
         task_id: The task the drive drives, for the log.
+        give_up: Once set (a worker draining), a store that does not answer ends the wait.
     """
 
-    def __init__(self, task_id: str) -> None:
+    def __init__(self, task_id: str, *, give_up: asyncio.Event | None = None) -> None:
         self._task_id = task_id
+        self._give_up = give_up
         self._since: float | None = None
 
     async def outlast(self, call: Callable[[], Awaitable[T]]) -> T:
@@ -49,6 +53,7 @@ class Outage:
 
         Raises:
             asyncio.CancelledError: The drive was cancelled while it waited.
+            StoreUnavailable: The store did not answer, and ``give_up`` is set.
             Exception: Whatever else ``call`` raises.
         """
         pause = _FIRST_PAUSE_S
@@ -64,7 +69,8 @@ class Outage:
                         self._task_id,
                         exc,
                     )
-                await asyncio.sleep(pause)
+                if not await self._paused(pause):
+                    raise
                 pause = min(pause * 2, _LONGEST_PAUSE_S)
                 continue
             if self._since is not None:
@@ -75,3 +81,13 @@ class Outage:
                 )
                 self._since = None
             return answer
+
+    async def _paused(self, pause_s: float) -> bool:
+        """Wait ``pause_s`` before the next try; False when ``give_up`` is (or gets) set."""
+        if self._give_up is None:
+            await asyncio.sleep(pause_s)
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(pause_s):
+                await self._give_up.wait()
+        return not self._give_up.is_set()

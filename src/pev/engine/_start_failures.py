@@ -31,7 +31,18 @@ from pev._logs import log_failure
 from pev.engine._redact import known_redactor
 from pev.errors import ConflictError, PevError
 from pev.kernel import TaskStatus, TerminalReason
-from pev.ledger import Lease, Ledger, StartFailed, TaskFinished, TaskState
+from pev.ledger import (
+    Event,
+    Lease,
+    Ledger,
+    NodeFinished,
+    StartFailed,
+    TaskFinished,
+    TaskState,
+    unfinished_records,
+    utc_now,
+)
+from pev.model import DeviceFailure, Effect, RecordStatus
 
 __all__ = ["Backoff", "NotStarted", "let_go", "record_not_started", "start_cause"]
 
@@ -97,7 +108,9 @@ async def let_go(ledger: Ledger, lease: Lease) -> None:
     try:
         await ledger.release(lease)
     except PevError:
-        log_failure(log, "task %s: releasing the lease failed", lease.task_id)
+        log_failure(
+            log, "task %s: releasing the lease failed", lease.task_id, then="it expires by itself"
+        )
 
 
 async def record_not_started(
@@ -136,8 +149,19 @@ async def record_not_started(
                 state = await ledger.state(task_id)
                 if state.terminal:
                     break
+        else:
+            log.warning(
+                "task %s: other writers moved it on under every try to record that its drive "
+                "could not start; the task is claimed and tried again",
+                task_id,
+            )
     except PevError:
-        log_failure(log, "task %s: recording that its drive could not start failed", task_id)
+        log_failure(
+            log,
+            "task %s: recording that its drive could not start failed",
+            task_id,
+            then="the task is claimed and tried again",
+        )
     finally:
         await let_go(ledger, claimed)
     backoff.note(task_id, attempts)
@@ -155,14 +179,36 @@ async def record_not_started(
     return state
 
 
-def _start_failure(
-    state: TaskState, failed: StartFailed, attempts: int
-) -> list[StartFailed | TaskFinished]:
-    """The events of a failed start: the failure, and the task's end at its last attempt."""
+def _start_failure(state: TaskState, failed: StartFailed, attempts: int) -> list[Event]:
+    """The events of a failed start: the failure, and the task's end at its last attempt.
+
+    A task that ends so is settled first: a call an earlier driver left unfinished (it died
+    mid-call) is ended as resume would without a ``reconcile``, since no agent is there to ask:
+    an action ``unknown`` (never sent again), a query ``failed``. No record of an ended task is
+    left open.
+    """
     if attempts < state.policy.start_attempts:
         return [failed]
+    now = utc_now()
+    settled = [
+        NodeFinished(
+            record_id=record.id,
+            status=RecordStatus.UNKNOWN if record.effect is Effect.ACTION else RecordStatus.FAILED,
+            result=DeviceFailure(
+                record.node_id,
+                "the process driving this call stopped mid-call, and the task ended before "
+                "another could settle it (its agent did not start)"
+                + ("; its outcome is unknown" if record.effect is Effect.ACTION else ""),
+                outcome_unknown=record.effect is Effect.ACTION,
+            ),
+            at=now,
+            settled_on_resume=True,
+        )
+        for record in unfinished_records(state)
+    ]
     return [
         failed,
+        *settled,
         TaskFinished(
             status=TaskStatus.FAILED,
             reason=TerminalReason.AGENT_UNAVAILABLE,

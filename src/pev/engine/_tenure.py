@@ -8,20 +8,24 @@ next write, and since the pending record of a node is written before its tool is
 dispatches nothing more. A heartbeat that finds the lease taken over tells the driver at once.
 
 A lease whose owner is a process of this host that no longer exists is freed at once
-(:func:`free_if_owner_gone`): owner ids are ``host:pid:nonce``, and a host's own process table
-says whether that process is gone. An owner on another host is never judged from here; this
-trusts host names to be unique per process id namespace (docs/workers.md).
+(:func:`free_if_owner_gone`): owner ids are ``host:pid:space.nonce``, where ``space`` names the
+process table the pid belongs to (the boot and the pid namespace), and that table says whether
+the process is gone. An owner of another host, another pid namespace (a container sharing the
+host name) or another boot is never judged from here (docs/workers.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import logging
 import os
 import socket
 import uuid
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from pev._logs import log_failure
 from pev.errors import LeaseLost, PevError
@@ -45,23 +49,43 @@ def cancel_requested() -> bool:
 
 
 def new_owner() -> str:
-    """A fresh lease owner id for this process: ``host:pid:nonce``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """A fresh lease owner id for this process: ``host:pid:space.nonce``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{process_space()}.{uuid.uuid4().hex[:8]}"
+
+
+@functools.cache
+def process_space() -> str:
+    """Which process table this process's pid is a number in, as 6 hex digits.
+
+    A digest of the boot id and the inode of the pid namespace (Linux): two containers that
+    share a host name have different ones, and so does the same host after a reboot. Where
+    neither can be read, a digest of nothing: the host name alone tells processes apart.
+    """
+    parts: list[str] = []
+    try:
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip())
+        parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
+    except (OSError, ValueError):
+        pass  # not Linux, or /proc not mounted
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:6]
 
 
 def owner_gone(owner: str) -> bool:
-    """Whether ``owner`` (``host:pid:nonce``) names a process of this host that no longer exists.
+    """Whether ``owner`` (``host:pid:space.nonce``) names a gone process of this process table.
 
-    False whenever that cannot be known for sure: another host (its process ids say nothing
-    here), an id of another form, this very process, or a process that exists but belongs to
-    another user.
+    False whenever that cannot be known for sure: another host or process table (its process
+    ids say nothing here), an id of another form, this very process, or a process that exists
+    but belongs to another user.
     """
-    host, _, rest = owner.rpartition(":")  # the nonce
+    host, _, rest = owner.rpartition(":")  # space.nonce
     host, _, pid_text = host.rpartition(":")
+    space, dot, nonce = rest.partition(".")
     if not host or host != socket.gethostname() or not pid_text.isdecimal():
         return False
+    if not (dot and nonce) or space != process_space():
+        return False  # another pid namespace or boot, or an id of another form
     pid = int(pid_text)
-    if pid <= 0 or pid == os.getpid() or not rest:
+    if pid <= 0 or pid == os.getpid():
         return False  # 0 and negatives would name process groups, never one process
     try:
         os.kill(pid, 0)  # signal 0: only asks whether the process exists
@@ -187,7 +211,12 @@ class Tenure:
         try:
             await self._ledger.release(self._lease)
         except PevError:
-            log_failure(log, "pev: task %s: releasing the lease failed", self._task_id)
+            log_failure(
+                log,
+                "pev: task %s: releasing the lease failed",
+                self._task_id,
+                then="it expires by itself",
+            )
 
     def lost_error(self) -> LeaseLost:
         """The error a drive that lost its lease ends with."""

@@ -209,7 +209,7 @@ async def worker(
             whose driver died); the store wakes it sooner for a new or released task.
         stop: Set it to stop: no more claims; running nodes reach their terminal records
             (within their timeouts), each task is left in its phase, and its lease released.
-        owner: The lease owner id; a fresh ``host:pid:nonce`` by default.
+        owner: The lease owner id; a fresh ``host:pid:space.nonce`` by default.
         rails: Observers of every task driven.
         experience: As in :func:`pev.run`: lessons for planning, and ended tasks recorded.
         clock: Returns the current UTC time; for tests.
@@ -302,12 +302,22 @@ _EXPIRE_EVERY_S = 5.0
 # How many tasks not ended a worker looks at, newest first, for leases of dead local owners.
 _DEAD_OWNER_SCAN = 200
 
+# How many tasks backing off (their drive could not start lately) a claim takes beyond its room,
+# to let them go at once: past them, the claim reaches the tasks it may drive.
+_BACKING_OFF_CLAIMED = 200
+
 # The phases of tasks a driver may hold (one awaiting approval holds no lease).
 _DRIVEN = frozenset(TaskPhase) - TERMINAL_PHASES - {TaskPhase.AWAITING_APPROVAL}
 
 # An idle worker of a store that cannot wake it polls, waiting this long at first, then twice
 # as long after each look that finds nothing, up to ``poll_s``.
 _FIRST_POLL_S = 0.05
+
+
+def _end(state: TaskState) -> str:
+    """``status/reason`` of an ended task, for the log."""
+    finished = state.finished
+    return f"{finished.status}/{finished.reason}" if finished is not None else "?/?"
 
 
 def _wakeups(store: Store) -> contextlib.AbstractAsyncContextManager[asyncio.Event | None]:
@@ -432,7 +442,7 @@ class _Shared:
                 self.report.owner,
                 now=self.clock(),
                 lease_s=self.lease_s or DEFAULT_LEASE_S,
-                limit=room + min(len(waiting), _DEAD_OWNER_SCAN),
+                limit=room + min(len(waiting), _BACKING_OFF_CLAIMED),
             )
         except PevError:
             log_failure(log, "worker %s: claiming tasks failed", self.report.owner)
@@ -453,8 +463,9 @@ class _Shared:
             state = await self._drive(claimed)
         except NotStarted as not_started:
             report.not_started += 1
-            if not_started.state.terminal:
+            if not_started.state.terminal:  # ended agent_unavailable: learnt from like any end
                 report.ended += 1
+                await learn_from(self.experience, not_started.state)
             return
         except LeaseError as exc:
             # Another driver holds the task now: it goes on with it. Not this task's fault.
@@ -476,7 +487,10 @@ class _Shared:
             if ended is None:
                 self._failed(task_id)
                 return
-            state = ended
+            report.ended += 1
+            await learn_from(self.experience, ended)  # recording an end twice changes nothing
+            log.info("task %s was ended by another writer meanwhile: %s", task_id, _end(ended))
+            return
         except (LedgerCorruptError, UsageError) as exc:
             # A broken chain, or a misuse the drive ran into: the task's own fault, told in
             # one line. Its lease stays taken until it expires, as below.
@@ -492,13 +506,7 @@ class _Shared:
             return
         if state.terminal:
             report.ended += 1
-            finished = state.finished
-            log.info(
-                "task %s ended %s/%s; lease released",
-                task_id,
-                finished.status if finished else "?",
-                finished.reason if finished else "?",
-            )
+            log.info("task %s ended %s; lease released", task_id, _end(state))
         elif state.awaiting is not None:
             report.awaiting_approval += 1
             log.info(

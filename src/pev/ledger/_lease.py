@@ -36,7 +36,7 @@ class Lease:
 
     Attributes:
         task_id: The task.
-        owner: The driver holding it (``host:pid:nonce`` for pev's own drivers).
+        owner: The driver holding it (``host:pid:space.nonce`` for pev's own drivers).
         epoch: Grows by one on every takeover; every append of this driver carries it.
         expires_at: When the lease is free unless renewed first.
     """

@@ -359,6 +359,9 @@ class Ledger:
 
         Raises:
             StoreUnavailable: The store still does not answer; the append stays kept.
+            ConflictError: The kept append did not land and another writer moved the task on:
+                ``events`` were decided on a head that is gone, as for any writer that lost
+                the race (re-read the state and decide again).
         """
         again = tuple(events) == kept.pending.events
         try:
@@ -367,7 +370,8 @@ class Ledger:
             self._unanswered[task_id] = kept
             raise
         except ConflictError:
-            stored = False  # another writer's events follow the head instead
+            self._heads.pop(task_id, None)
+            raise
         if not stored:
             self._heads.pop(task_id, None)
             return None

@@ -13,7 +13,8 @@ asks the store, on a fresh connection, what follows the head the append was seal
 * other entries: another writer moved the task on, a :class:`~pev.errors.ConflictError` as any
   other writer would get.
 
-This goes on, backing off, for :data:`PATIENCE_S`; an outcome still unknown then raises
+New tries start, backing off, for :data:`PATIENCE_S` (each one bounded by the store's own
+timeouts, so the whole may run that much longer); an outcome still unknown then raises
 :class:`~pev.errors.StoreUnavailable`, and the ledger keeps the sealed append
 (:class:`Unanswered`) so that the caller's next write of the same events settles it first
 instead of writing them again (docs/ledger.md, "A lost answer").
@@ -36,7 +37,7 @@ __all__ = ["PATIENCE_S", "Unanswered", "landed", "settle"]
 log = logging.getLogger("pev.ledger")
 
 PATIENCE_S = 10.0
-"""How long one write keeps trying a store that does not answer before it raises."""
+"""How long one write keeps starting new tries of a store that does not answer before it raises."""
 
 # The waits between tries: the first try again is at once (the pool hands out a fresh
 # connection for the one that broke), then they double up to the last.

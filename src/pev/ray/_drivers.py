@@ -26,7 +26,6 @@ import logging
 import math
 import signal
 import sys
-import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ import ray
 import ray.exceptions as rex
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from pev._signals import stop_on_signals
 from pev.engine import WorkerReport, worker
 from pev.engine._tenure import new_owner
 from pev.engine._tools import PLACEMENT_RESOURCES
@@ -52,13 +52,12 @@ log = logging.getLogger("pev.ray")
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
 # Ray options the supervisor decides: a lost driver is replaced by it, never restarted by Ray.
 _FIXED_OPTIONS = {"max_restarts": 0, "max_task_retries": 0}
-# Options that would make several drivers collide (one name), outlive their supervisor, or
-# place them otherwise than one on each node (the supervisor pins each to its node).
-_REFUSED_OPTIONS = ("name", "lifetime", "get_if_exists", "scheduling_strategy")
+# Options that would make several drivers collide (one name) or outlive their supervisor
+# (``scheduling_strategy`` is refused on its own: the supervisor pins each driver to its node).
+_REFUSED_OPTIONS = ("name", "lifetime", "get_if_exists")
 # How often the supervisor looks at the cluster's live nodes: a node that joined gets a driver.
 _WATCH_NODES_S = 2.0
 # What stops the drivers (they drain) instead of ending the process: `kill`, and Ctrl-C.
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # How long a driver that has not started yet (waiting for room on its node) is given to start
 # when the drivers stop; one still waiting then is removed: it has claimed nothing.
 _START_GRACE_S = 2.0
@@ -557,29 +556,19 @@ def _stopped_by_signals(stop: asyncio.Event, *, handle: bool) -> Iterator[None]:
     """While the drivers run, SIGTERM and SIGINT set ``stop``; what was there is put back after.
 
     Ray's ``ray.init`` installs its own SIGTERM handler, which exits the process at once
-    (status 15): the drivers would be ended with their tasks in flight and no report. Only the
-    main thread receives signals, so elsewhere (or with ``handle=False``) nothing changes.
+    (status 15): the drivers would be ended with their tasks in flight and no report. With
+    ``handle=False`` nothing changes (the caller handles the signals).
     """
-    if not handle or threading.current_thread() is not threading.main_thread():
+    if not handle:
         yield
         return
-    loop = asyncio.get_running_loop()
-    previous = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
 
     def told(signum: signal.Signals) -> None:
         if not stop.is_set():
             log.info("%s: the drivers claim nothing more and drain", signum.name)
-        stop.set()
 
-    for signum in _STOP_SIGNALS:
-        loop.add_signal_handler(signum, told, signum)
-    try:
+    with stop_on_signals(stop, told=told):
         yield
-    finally:
-        for signum in _STOP_SIGNALS:
-            loop.remove_signal_handler(signum)  # which sets Python's default, not what was there
-            if (earlier := previous[signum]) is not None:  # None: not set from Python
-                signal.signal(signum, earlier)
 
 
 def _retrieved(call: asyncio.Future[Any]) -> None:

@@ -224,20 +224,22 @@ class PostgresStore(PostgresLessons, WatchedStore):
         *,
         wake: bool = False,
     ) -> Lease | None:
-        """Write ``change(known, current)``, the task's next lease, in one statement; it.
+        """Write ``change(known, current)``, the task's next lease, and return it.
 
-        ``change`` applies a rule of :mod:`pev.ledger._lease` to whether the task exists and its
-        current lease (it may raise; ``None``: nothing to write). The lease is written only if
-        the current one is unchanged meanwhile; otherwise the rule is applied again to the one
+        The current lease is read without a lock; ``change`` applies a rule of
+        :mod:`pev.ledger._lease` to whether the task exists and that lease (it may raise;
+        ``None``: nothing to write). One statement then writes the next lease only if the
+        current one is unchanged meanwhile (a compare-and-set: no lock is held between the two,
+        so a frozen process blocks nobody); otherwise the rule is applied again to the lease
         another writer left. With ``wake``, the workers are woken if the task is left claimable.
 
         Raises:
-            StoreUnavailable: The server did not answer, or the lease kept changing under it.
+            StoreUnavailable: The server did not answer, or other writers changed the lease
+                under every one of the tries.
         """
         for _ in range(_SWAP_TRIES):
             rows = await self._db.query(_READ_LEASE, {"task": task_id}, operation="lease")
-            _, *lease_row = rows[0] if rows else (None, None)
-            current = _lease_from(task_id, None if lease_row[0] is None else tuple(lease_row))
+            current = _lease_from(task_id, rows[0][1:] if rows else None)
             lease = change(bool(rows), current)
             if lease is None:
                 return None
@@ -262,8 +264,9 @@ class PostgresStore(PostgresLessons, WatchedStore):
                 change(False, None)  # the task is gone: its rule raises
                 return None
         raise StoreUnavailable(
-            f"the lease of task {task_id} in {self.location} changed under "
-            f"{_SWAP_TRIES} attempts in a row to change it; try again",
+            f"the lease of task {task_id} in {self.location} was changed by other writers under "
+            f"{_SWAP_TRIES} attempts in a row to change it (contention, not a lost server); "
+            "try again",
             location=self.location,
             operation="lease",
         )
@@ -356,7 +359,7 @@ class PostgresStore(PostgresLessons, WatchedStore):
     async def acquire_lease(
         self, task_id: str, owner: str, *, now: datetime, lease_s: float
     ) -> Lease:
-        """Take the task's lease for ``owner``, in one statement under the task row's lock."""
+        """Take the task's lease for ``owner`` (a compare-and-set statement; see _change_lease)."""
 
         def change(known: bool, current: Lease | None) -> Lease:
             if not known:
@@ -391,9 +394,7 @@ class PostgresStore(PostgresLessons, WatchedStore):
             wanted: list[tuple[Lease | None, Lease]] = []
             for task_id, *lease_row in found:
                 seen.append(str(task_id))
-                current = _lease_from(
-                    str(task_id), None if lease_row[0] is None else tuple(lease_row)
-                )
+                current = _lease_from(str(task_id), lease_row)
                 if is_free(current, now):
                     wanted.append(
                         (current, acquired(current, str(task_id), owner, now=now, lease_s=lease_s))
@@ -579,7 +580,8 @@ class PostgresStore(PostgresLessons, WatchedStore):
 
 
 def _lease_from(task_id: str, row: Sequence[Any] | None) -> Lease | None:
-    if row is None:
+    """The lease of an (owner, epoch, expiry) row; ``None`` for no row or a row of NULLs."""
+    if row is None or row[0] is None:
         return None
     owner, epoch, expires_at = row
     return Lease(

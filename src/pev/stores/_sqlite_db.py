@@ -218,20 +218,17 @@ class SQLiteDatabase:
     def _connect(self, *, timeout_s: float) -> sqlite3.Connection:
         """A new connection, its first read of the schema done (``Busy`` if a lock stops it)."""
         try:
-            if self._uri is None:
-                conn = sqlite3.connect(
-                    self._location, timeout=timeout_s, isolation_level=None, check_same_thread=False
-                )
-            else:
-                conn = sqlite3.connect(
-                    self._uri,
-                    timeout=timeout_s,
-                    isolation_level=None,
-                    check_same_thread=False,
-                    uri=True,
-                )
+            conn = sqlite3.connect(
+                self._uri or self._location,
+                timeout=timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=self._uri is not None,
+            )
         except sqlite3.Error as exc:
-            if self._uri is not None and not os.path.lexists(self._location):
+            if self._uri is not None and not os.path.exists(
+                self._location
+            ):  # a link to nothing too
                 raise _no_ledger(self._location) from exc
             raise StoreError(
                 f"cannot open the ledger {self._location} ({os_reason(self._location) or exc}); "
@@ -297,6 +294,9 @@ class SQLiteDatabase:
                 )
             if app_id == 0:
                 check_not_foreign(conn, self._location)
+                if self._uri is not None and not _has_table(conn, "pev_events"):
+                    # An empty file: opening it only to read must not make it a ledger.
+                    raise _no_ledger(self._location, why="an empty file, no ledger yet")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
@@ -635,6 +635,11 @@ def _existing(location: str) -> str:
         os.lstat(location)
     except FileNotFoundError:
         raise _no_ledger(location) from None
+    except PermissionError as exc:
+        raise UsageError(
+            f"cannot reach {location} ({exc.strerror}: a folder on its path may not be "
+            "searched); check the path and its folders' permissions"
+        ) from None
     except OSError as exc:
         raise _no_ledger(location, why=why_not_there(location, exc)) from None
     uri = Path(location).absolute().as_uri()

@@ -110,9 +110,20 @@ def check_not_foreign(conn: sqlite3.Connection, location: str) -> None:
 
 
 def os_reason(location: str) -> str | None:
-    """Why the system will not open ``location`` for writing (SQLite only says it cannot)."""
+    """Why the system will not open ``location`` for writing (SQLite only says it cannot).
+
+    Creates nothing: a file that is not there is judged by its folder (a read-only opening
+    must leave no file behind, not even through a symbolic link to nothing).
+    """
     try:
-        fd = os.open(location, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(location, os.O_RDWR)
+    except FileNotFoundError:
+        if os.path.islink(location):
+            return "a symbolic link to a file that does not exist"
+        folder = os.path.dirname(os.path.abspath(location))
+        if not os.path.isdir(folder):
+            return "its folder does not exist"
+        return None if os.access(folder, os.W_OK | os.X_OK) else "Permission denied"
     except OSError as exc:
         return exc.strerror or type(exc).__name__
     os.close(fd)
