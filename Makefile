@@ -74,6 +74,7 @@ bench: $(BENCH_STAMP)  ## Kernel, ledger, engine, LangGraph, fault-suite and sca
 	$(BIN)/python bench/bench_stores.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_engine.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_langgraph.py --write docs/benchmarks.md --readme README.md
+	$(BIN)/python bench/bench_agents.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_faults.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_scale.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_workers.py --write docs/benchmarks.md

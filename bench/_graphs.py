@@ -5,7 +5,7 @@ Needs the `bench` extra (`pip install -e '.[bench]'`): LangGraph 1.x and its SQL
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypedDict
 
 from _common import Shape
@@ -27,15 +27,18 @@ async def _graph_node(state: GraphState) -> None:
     return None
 
 
-def graph_of(shape: Shape, node: Callable[[GraphState], Awaitable[None]] = _graph_node) -> Any:
+GraphNode = Callable[[GraphState], Awaitable[None]]
+
+
+def graph_of(shape: Shape, node: GraphNode | Mapping[str, GraphNode] = _graph_node) -> Any:
     """The shape as a LangGraph `StateGraph`, not yet compiled.
 
-    START leads to the sources, a waiting edge from all of a node's predecessors leads to it,
-    and the sinks lead to END.
+    Every node runs ``node``, or with a mapping, its own function. START leads to the sources, a
+    waiting edge from all of a node's predecessors leads to it, and the sinks lead to END.
     """
     graph = StateGraph(GraphState)
     for name in shape:
-        graph.add_node(name, node)
+        graph.add_node(name, node[name] if isinstance(node, Mapping) else node)
     successors = {p for after in shape.values() for p in after}
     for name, after in shape.items():
         if not after:

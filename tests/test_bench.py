@@ -370,3 +370,23 @@ def test_the_store_faults_verdict_tells_a_missed_target_from_an_honest_ending() 
     wrong = verdict([cut, frozen])
     assert wrong.startswith("**Not as it should be:**\n\n* terminate: t2 partial")
     assert "* freeze: t1 partial" in wrong.split("honestly")[1]
+
+
+@pytest.mark.usefixtures("bench")
+def test_the_agents_bench_runs_agents_as_users_write_them() -> None:
+    """`bench_agents.py`: every shape and the one-node task run every way; the plans are built
+    by the planners each run, and their nodes call the typed tool with its argument."""
+    agents = _module("bench_agents")
+    users = __import__("_user_agents")
+    tiny = agents.Sizes(rounds=1, raw_runs=1, pev_runs=1, graph_runs=1, task_runs=2)
+    samples = agents.bench(tiny)
+    ways = {"raw", "langgraph", *agents.PEV_CASES}
+    assert all(set(s.runs) == ways for s in samples.values())
+    text = agents.table(samples)
+    for shape in agents.SHAPES:
+        assert f"| {shape} (" in text
+    assert "| a whole run |" in text
+    result = pev.run_sync({"shape": "diamond", "nodes": 100}, agent=users.async_agent)
+    assert result.ok
+    assert result.outputs["join"] == 100  # step(99): the node's own number, plus one
+    assert pev.run_sync({"shape": "one", "nodes": 1}, agent=users.sync_agent).outputs == {"n0": 1}

@@ -185,3 +185,38 @@ async def test_agents_share_a_device_through_one_resources() -> None:
     alone = [_arm_agent(apart), _arm_agent(apart)]
     await asyncio.gather(*(pev.run("move", agent=agent) for agent in [*together, *alone]))
     assert (shared.peak, apart.peak) == (1, 2)
+
+
+AGENT = Agent(planner, tools=[hello], verifier=verifier, contract=CONTRACT)
+
+
+async def test_an_agents_import_paths_are_found_once_and_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each run records the agent's paths; they are looked up on its first run only (the
+    module-level names of its parts), and its folders again only when sys.path changes."""
+    from pev.engine import _components
+
+    looked: list[str] = []
+    part_paths, roots_off = _components._part_paths, _components._roots_off_the_path
+    monkeypatch.setattr(
+        _components, "_part_paths", lambda agent: looked.append("parts") or part_paths(agent)
+    )
+    monkeypatch.setattr(
+        _components, "_roots_off_the_path", lambda paths: looked.append("roots") or roots_off(paths)
+    )
+    agent = dataclasses.replace(AGENT)  # a fresh agent, bound to no name: its parts' paths
+    store = MemoryStore()
+    for _ in range(3):
+        assert (await pev.run(GOAL, agent=agent, store=store)).ok
+    assert looked == ["parts", "roots"]
+    monkeypatch.syspath_prepend("/no/such/folder")
+    assert (await pev.run(GOAL, agent=agent, store=store)).ok
+    assert looked == ["parts", "roots", "roots"]
+    recorded = [
+        (await pev.Ledger(store).state(row.task_id)).created.components
+        for row in await store.list_tasks()
+    ]
+    assert all(paths == recorded[0] for paths in recorded)
+    assert recorded[0]["planner"] == f"{__name__}:planner"
+    assert recorded[0]["tools"] == f"{__name__}:hello"

@@ -1,9 +1,17 @@
-"""Sync component code runs in a thread pool the run owns: its own, bounded, shut down after it."""
+"""Sync component code runs in the process's bounded thread pool, shared by every run.
+
+A run starts no thread of its own; while a thread runs a run's call it is named after the task.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -12,7 +20,7 @@ import pytest
 import pev
 from pev.engine import PlanRequest, VerifyRequest, tool
 from pev.engine._protocols import as_async
-from pev.engine._threads import THREAD_PREFIX, current_pool
+from pev.engine._threads import MAX_THREADS, THREAD_PREFIX, current_pool
 from pev.model import ExecutionRecord, Plan, PlanNode, Verdict, VerificationContract
 
 if TYPE_CHECKING:  # the fixture's type, for readers and editors; conftest is not importable
@@ -29,10 +37,12 @@ class _Threads:
 
     def __init__(self) -> None:
         self.seen: dict[str, threading.Thread] = {}
+        self.names: dict[str, str] = {}
         self.pools: set[object] = set()
 
     def note(self, who: str) -> None:
         self.seen[who] = threading.current_thread()
+        self.names[who] = threading.current_thread().name
         self.pools.add(current_pool())
 
 
@@ -53,34 +63,47 @@ def _components(threads: _Threads) -> dict[str, object]:
     return {"planner": plan, "tools": [water], "verifier": verify, "contract": CONTRACT}
 
 
-def _wait_until_ended(thread: threading.Thread) -> bool:
-    thread.join(WAIT_S)
-    return not thread.is_alive()
+def _back_in_the_pool(thread: threading.Thread) -> bool:
+    """Whether the thread is idle in the pool again (its pool name back) within WAIT_S."""
+    give_up = time.monotonic() + WAIT_S
+    while time.monotonic() < give_up:
+        if thread.is_alive() and thread.name.startswith(f"{THREAD_PREFIX}_"):
+            return True
+        time.sleep(0.01)
+    return False
 
 
-async def test_sync_components_run_in_threads_of_the_runs_own_pool(engine: Engine) -> None:
+async def test_sync_components_run_in_the_pool_named_after_the_task(engine: Engine) -> None:
     threads = _Threads()
     result = await engine.run(GOAL, task_id="t-own", **_components(threads))
     assert result.ok
     assert set(threads.seen) == {"planner", "tool", "verifier"}
-    for thread in threads.seen.values():
-        assert thread.name.startswith(f"{THREAD_PREFIX}-t-own_")
-
-
-async def test_the_pool_is_shut_down_when_the_run_ends(engine: Engine) -> None:
-    """It takes no more work, and its idle threads end: nothing is left waiting for work."""
-    threads = _Threads()
-    assert (await engine.run(GOAL, **_components(threads))).ok
+    assert threads.names == {
+        "planner": "pev-sync-t-own",
+        "tool": "pev-sync-t-own",
+        "verifier": "pev-sync-t-own",
+    }
     [pool] = threads.pools
     assert isinstance(pool, ThreadPoolExecutor)
-    with pytest.raises(RuntimeError, match="shutdown"):
-        pool.submit(print)
-    ended = await asyncio.to_thread(lambda: all(map(_wait_until_ended, threads.seen.values())))
-    assert ended
+    assert pool._max_workers == MAX_THREADS
+    # Idle again, each thread has its pool name back.
+    assert all(thread.name.startswith(f"{THREAD_PREFIX}_") for thread in threads.seen.values())
+
+
+async def test_runs_share_the_pool_and_start_no_thread_of_their_own(engine: Engine) -> None:
+    """A second run's sync calls reuse the threads of the first: a task costs no thread start."""
+    first, second = _Threads(), _Threads()
+    assert (await engine.run(GOAL, **_components(first))).ok
+    before = threading.active_count()
+    assert (await engine.run(GOAL, **_components(second))).ok
+    assert first.pools == second.pools
+    assert threading.active_count() == before
+    assert set(second.seen.values()) <= set(threading.enumerate())
 
 
 async def test_a_sync_tool_that_timed_out_outlives_the_run_in_its_thread(engine: Engine) -> None:
-    """The run does not wait for it (Python cannot stop a thread); the thread ends on return."""
+    """The run does not wait for it (Python cannot stop a thread); on return, the thread goes
+    back to the pool."""
     release = threading.Event()
     running: list[threading.Thread] = []
 
@@ -91,25 +114,23 @@ async def test_a_sync_tool_that_timed_out_outlives_the_run_in_its_thread(engine:
 
     plan = Plan(GOAL, (PlanNode("look", "look", tool="stuck", effect="query"),))
     try:
-        result = await engine.run(GOAL, planner=lambda request: plan, tools=[stuck])
+        result = await engine.run(GOAL, task_id="t-stuck", planner=lambda r: plan, tools=[stuck])
         assert result.status == "failed"
         assert result.failed_nodes == {"look"}
         [thread] = running
-        assert thread.is_alive()
+        assert thread.name == "pev-sync-t-stuck"  # still in the call, after the run ended
     finally:
         release.set()
-    assert await asyncio.to_thread(_wait_until_ended, thread)
+    assert await asyncio.to_thread(_back_in_the_pool, thread)
 
 
-async def test_two_runs_do_not_share_a_pool(engine: Engine) -> None:
-    pools: dict[str, set[object]] = {"first": set(), "second": set()}
+async def test_two_runs_at_once_name_their_threads_after_their_tasks(engine: Engine) -> None:
     names: dict[str, set[str]] = {"first": set(), "second": set()}
     both_inside = threading.Barrier(2, timeout=WAIT_S)
 
     def make_tool(run: str) -> object:
         @pev.tool(name="water", effect="query")
         def water() -> str:
-            pools[run].add(current_pool())
             names[run].add(threading.current_thread().name)
             both_inside.wait()  # the two runs overlap: each call holds its thread meanwhile
             return "damp"
@@ -122,10 +143,45 @@ async def test_two_runs_do_not_share_a_pool(engine: Engine) -> None:
     )
     assert first.ok
     assert second.ok
-    assert len(pools["first"]) == len(pools["second"]) == 1
-    assert pools["first"].isdisjoint(pools["second"])
-    assert all(name.startswith(f"{THREAD_PREFIX}-first_") for name in names["first"])
-    assert all(name.startswith(f"{THREAD_PREFIX}-second_") for name in names["second"])
+    assert names == {"first": {"pev-sync-first"}, "second": {"pev-sync-second"}}
+
+
+FORKED = textwrap.dedent(
+    """
+    import asyncio, os, sys, threading
+    import pev
+    from pev.model import Plan, PlanNode
+
+    @pev.tool(effect="query")
+    def look() -> str:
+        return threading.current_thread().name
+
+    def plan(request):
+        return Plan("look", (PlanNode("look", "look", tool="look"),))
+
+    def run(task_id):
+        result = pev.run_sync("look", planner=plan, tools=[look], task_id=task_id)
+        assert result.ok, result
+        return result.outputs["look"]
+
+    print(run("parent"), flush=True)  # the pool has threads now
+    child = os.fork()
+    if child == 0:
+        print(run("child"), flush=True)  # would wait for ever on the parent's threads
+        os._exit(0)
+    _, status = os.waitpid(child, 0)
+    sys.exit(os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_starts_a_pool_of_its_own() -> None:
+    ran = subprocess.run(
+        [sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["pev-sync-parent", "pev-sync-child"]
 
 
 async def test_outside_a_run_sync_code_runs_in_the_loops_default_executor() -> None:
@@ -148,8 +204,8 @@ class _Crash(BaseException):
     """Stands in for the process dying mid-node: no engine code catches it."""
 
 
-async def test_a_sync_reconcile_on_resume_runs_in_the_resumed_runs_pool(engine: Engine) -> None:
-    """Settling what a crash left unfinished runs sync code in a pool of the resumed run's own."""
+async def test_a_sync_reconcile_on_resume_runs_in_the_pool_as_the_task(engine: Engine) -> None:
+    """Settling what a crash left unfinished runs sync code in the pool, named after the task."""
     seen: list[str] = []
     plan = Plan(GOAL, (PlanNode("move", "move the arm", tool="move"),))
 
@@ -171,5 +227,4 @@ async def test_a_sync_reconcile_on_resume_runs_in_the_resumed_runs_pool(engine: 
         tools=[tool(crashes, name="move", reconcile=moved)],
     )
     assert result.ok
-    [name] = seen
-    assert name.startswith(f"{THREAD_PREFIX}-t-crash_")
+    assert seen == ["pev-sync-t-crash"]

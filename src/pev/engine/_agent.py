@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 from pev.engine._protocols import (
     Executor,
@@ -55,6 +55,8 @@ __all__ = [
     "VerifierLike",
     "VerifierReply",
 ]
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -217,6 +219,8 @@ class Agent:
     resources: Resources = field(repr=False, compare=False)
     # The module whose code built the agent, where its module-level name (if any) is looked for.
     defined_in: str | None = field(default=None, repr=False, compare=False)
+    # What the engine derives from the agent once and keeps (its import paths): see `derived`.
+    _derived: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __init__(
         self,
@@ -265,8 +269,21 @@ class Agent:
             ("rails", tuple(rails)),
             ("resources", resources if resources is not None else Resources()),
             ("defined_in", defined_in),
+            ("_derived", {}),
         ):
             object.__setattr__(self, name, value)
+
+    def derived(self, key: str, make: Callable[[], T]) -> T:
+        """``make()`` the first time ``key`` is asked for; the same value every time after.
+
+        For what the engine computes from the agent's fixed parts and needs at every run (its
+        import paths), so that a task costs only what changes from run to run.
+        """
+        try:
+            return cast("T", self._derived[key])
+        except KeyError:
+            value = self._derived[key] = make()
+            return value
 
 
 def _registry(tools: ToolsLike | None) -> ToolRegistry:

@@ -123,8 +123,16 @@ def agent_paths(agent: Agent) -> dict[str, str]:
     With the folders the modules came from (:data:`IMPORT_ROOTS_KEY`) when they are no longer
     on ``sys.path``.
     """
-    paths = _part_paths(agent)
-    roots = _roots_off_the_path(paths)
+    # Found on the agent's first run and kept by the agent: its parts are fixed, and their
+    # module-level names are bound by the time it runs. The folders depend on sys.path.
+    parts: dict[str, str] = agent.derived("paths", lambda: _part_paths(agent))
+    by_path: dict[tuple[str, ...], list[str]] = agent.derived("roots", dict)
+    on_path = tuple(sys.path)
+    roots = by_path.get(on_path)
+    if roots is None:  # the first run, or sys.path changed since: the last one is kept
+        by_path.clear()
+        roots = by_path[on_path] = _roots_off_the_path(parts)
+    paths = dict(parts)
     if roots:
         paths[IMPORT_ROOTS_KEY] = os.pathsep.join(roots)
     return paths

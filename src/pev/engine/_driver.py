@@ -258,7 +258,7 @@ class Driver:
             on_cancel=self.cancel_signal.set,
             on_lost=functools.partial(tenure.taken_over, stop),
         )
-        # Sync code the drive calls runs in the drive's own pool, shut down when it ends.
+        # Sync code the drive calls runs in the process's pool, in threads named after the task.
         with run_threads(self._task_id):
             heartbeat = asyncio.create_task(
                 tenure.beat(on_lost=stop), name=f"pev-lease-{self._task_id}"

@@ -346,10 +346,11 @@ def is_async(fn: Callable[..., Any]) -> bool:
 def as_async(target: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     """``target`` itself if it is async; else a coroutine function that runs it in a thread.
 
-    A sync ``target`` runs in the drive's bounded thread pool (at most
-    :data:`~pev.engine._threads.MAX_THREADS` threads; outside a drive, the loop's default
-    executor), copying the caller's context variables. A sync call that times out keeps running
-    in its thread: Python cannot stop a thread, so a sync tool should honour its deadline itself.
+    A sync ``target`` runs in the process's bounded thread pool (at most
+    :data:`~pev.engine._threads.MAX_THREADS` threads, shared by every drive; outside a drive,
+    the loop's default executor), copying the caller's context variables. A sync call that
+    times out keeps running in its thread: Python cannot stop a thread, so a sync tool should
+    honour its deadline itself.
     """
     if is_async(target):
         return target
