@@ -12,7 +12,7 @@ TEST_STAMP   := $(VENV)/.installed-test
 DEMO_STAMP   := $(VENV)/.installed-demo
 BENCH_STAMP  := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck pytest soak bench llm-smoke clean help
+.PHONY: demo test lint typecheck pytest soak bench bench-check llm-smoke clean help
 
 help:  ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -83,6 +83,9 @@ bench: $(BENCH_STAMP)  ## Kernel, ledger, engine, LangGraph, fault-suite and sca
 	$(BIN)/python bench/bench_watch.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_tools.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_viewer.py --write docs/benchmarks.md
+
+bench-check: $(BENCH_STAMP)  ## A short run of the agents bench: fails if a ratio regressed >20% from docs/benchmarks.md.
+	$(BIN)/python bench/bench_agents.py --check docs/benchmarks.md
 
 llm-smoke: $(TEST_STAMP)  ## SmolLM2-135M served by llama-cpp-python on 127.0.0.1: the LLM adapter and planner against a real server (builds llama-cpp-python: minutes; not part of `make test`).
 	bash scripts/llm_smoke.sh

@@ -20,7 +20,9 @@ the store users get by default (none given: a fresh `MemoryStore` for the run) o
   one-node graph.
 
 Each figure is the median of the rounds (every round runs every case in turn, in its own event
-loop, alternating the order), and each ratio is a ratio of medians of the same run. Targets
+loop, alternating the order), and each ratio is a ratio of medians of the same run. `--check
+docs/benchmarks.md` (`make bench-check`) runs a shorter version and exits 1 when one of pev's
+ratios to raw asyncio or LangGraph is more than 20% above the one the page records. Targets
 (issue 27): a one-node task at most 0.3 ms with a sync or an async planner; a chain node at most
 12x raw asyncio; LangGraph at least 3x slower than pev per node on every shape.
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -211,9 +214,85 @@ def table(samples: dict[str, _Samples]) -> str:
     return "\n".join(lines)
 
 
+# -- the regression check (`make bench-check`) ------------------------------------------------
+
+CHECK = Sizes(rounds=3, raw_runs=20, pev_runs=2, graph_runs=2, task_runs=100)
+SLACK = 0.20  # a ratio more than 20% above the one recorded is a regression
+_RATIOS_MARK = "<!-- agents-ratios: "
+
+
+def _recorded(found: dict[str, float]) -> str:
+    """The ratios as the page records them: JSON, three decimals."""
+    return json.dumps({what: round(value, 3) for what, value in found.items()}, ensure_ascii=False)
+
+
+def ratios(samples: dict[str, _Samples]) -> dict[str, float]:
+    """pev's time over each baseline's, by what it compares (lower is better, all of them)."""
+    found: dict[str, float] = {}
+    for shape in SHAPES:
+        s = samples[shape]
+        found[f"{shape}: pev ÷ raw asyncio"] = s.median(HEADLINE) / s.median("raw")
+        found[f"{shape}: pev ÷ LangGraph"] = s.median(HEADLINE) / s.median("langgraph")
+    one = samples[ONE_NODE]
+    for case in PEV_CASES:
+        if "default" in case:
+            found[f"one-node task, {case}: pev ÷ LangGraph"] = one.median(case) / one.median(
+                "langgraph"
+            )
+    return found
+
+
+def recorded_ratios(text: str) -> dict[str, float]:
+    """The ratios recorded in a page's agents section (``{}`` when it has none)."""
+    start = text.find(_RATIOS_MARK)
+    if start < 0:
+        return {}
+    body = text[start + len(_RATIOS_MARK) : text.index(" -->", start)]
+    return {str(k): float(v) for k, v in json.loads(body).items()}
+
+
+def regressions(
+    recorded: dict[str, float], measured: dict[str, float], *, slack: float = SLACK
+) -> list[str]:
+    """Each ratio measured more than ``slack`` above the one recorded, in words."""
+    return [
+        f"{what}: {measured[what]:.2f}, recorded {was:.2f} (at most {was * (1 + slack):.2f})"
+        for what, was in recorded.items()
+        if what in measured and measured[what] > was * (1 + slack)
+    ]
+
+
+def check(path: Path) -> int:
+    """Run the check's sizes and compare the ratios with those ``path`` records: exit status."""
+    recorded = recorded_ratios(path.read_text(encoding="utf-8"))
+    if not recorded:
+        progress(f"{path} records no ratios of this bench: run it with --write {path} first")
+        return 2
+    progress(f"checking against {path}: {CHECK.rounds} rounds ...")
+    measured = ratios(bench(CHECK))
+    for what, was in recorded.items():
+        now = measured.get(what)
+        shown = "not measured" if now is None else f"{now:.2f}"
+        print(f"{what}: recorded {was:.2f}, now {shown}")
+    worse = regressions(recorded, measured)
+    if worse:
+        print("\nregressed by more than 20%:\n" + "\n".join(f"* {line}" for line in worse))
+        return 1
+    print("\nno ratio regressed by more than 20%")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, quick=True)
+    parser.add_argument(
+        "--check",
+        type=Path,
+        metavar="PAGE",
+        help="run a short version and exit 1 if a ratio regressed more than 20%% from PAGE's",
+    )
     args = parse_bench_args(parser, argv)
+    if args.check is not None:
+        return check(args.check)
     sizes = QUICK if args.quick else FULL
     progress(f"benchmarking agents as users write them: {sizes.rounds} rounds ...")
     samples = bench(sizes)
@@ -225,8 +304,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{sizes.raw_runs} raw asyncio runs, {sizes.pev_runs} pev runs of each kind, "
             f"{sizes.graph_runs} LangGraph runs; {sizes.task_runs} one-node tasks of each kind, "
             f"{sizes.task_runs * 10} raw). Command: `make bench` "
-            "(`python bench/bench_agents.py --write docs/benchmarks.md`)."
-            f"\n\n{text}"
+            "(`python bench/bench_agents.py --write docs/benchmarks.md`); "
+            "`make bench-check` compares a short run with the ratios below."
+            f"\n\n{text}\n\n{_RATIOS_MARK}{_recorded(ratios(samples))} -->"
         )
         write_section(
             args.write,

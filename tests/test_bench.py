@@ -390,3 +390,25 @@ def test_the_agents_bench_runs_agents_as_users_write_them() -> None:
     assert result.ok
     assert result.outputs["join"] == 100  # step(99): the node's own number, plus one
     assert pev.run_sync({"shape": "one", "nodes": 1}, agent=users.sync_agent).outputs == {"n0": 1}
+
+
+@pytest.mark.usefixtures("bench")
+def test_the_bench_check_reads_the_recorded_ratios_and_names_each_regression() -> None:
+    """`make bench-check`: the ratios a page records are read back; one more than 20% above its
+    record is named, one within it or better is not."""
+    agents = _module("bench_agents")
+    page = (
+        "## Agents\n\n| table |\n\n"
+        '<!-- agents-ratios: {"chain: pev ÷ raw asyncio": 20.0, "chain: pev ÷ LangGraph": 0.7} -->'
+    )
+    recorded = agents.recorded_ratios(page)
+    assert recorded == {"chain: pev ÷ raw asyncio": 20.0, "chain: pev ÷ LangGraph": 0.7}
+    assert agents.recorded_ratios("no ratios here") == {}
+    fine = {"chain: pev ÷ raw asyncio": 23.9, "chain: pev ÷ LangGraph": 0.5}
+    assert agents.regressions(recorded, fine) == []
+    worse = {"chain: pev ÷ raw asyncio": 24.1, "chain: pev ÷ LangGraph": 0.7}
+    [line] = agents.regressions(recorded, worse)
+    assert line.startswith("chain: pev ÷ raw asyncio: 24.10, recorded 20.00")
+    tiny = agents.Sizes(rounds=1, raw_runs=1, pev_runs=1, graph_runs=1, task_runs=2)
+    measured = agents.ratios(agents.bench(tiny))
+    assert set(measured) >= set(recorded)  # every ratio the page records is measured

@@ -380,3 +380,25 @@ async def test_with_a_verifier_the_default_contract_is_recovery_on_the_input(
     assert state.contract.goal == "fill the can"
     assert state.contract.success_criteria == (pev.engine.DEFAULT_CRITERION,)
     assert result.reason is TerminalReason.PASSED
+
+
+async def test_a_new_task_and_its_drivers_start_are_one_append() -> None:
+    """``run`` writes the task with its driver's ``driver_started`` in one append (one commit on
+    a durable store), and the driver does not write its start again."""
+    appends: list[list[str]] = []
+
+    class Counted(pev.MemoryStore):
+        async def append(self, entries: Any, summary: Any, *, fence: Any = None) -> None:
+            appends.append([entry.event.kind for entry in entries])
+            await super().append(entries, summary, fence=fence)
+
+    plan = Plan("say hi", (PlanNode("hi", "say hi", tool="hi"),))
+
+    @pev.tool(effect="query")
+    def hi() -> str:
+        return "hi"
+
+    result = await pev.run("say hi", planner=ScriptedPlanner(plan), tools=[hi], store=Counted())
+    assert result.ok
+    assert appends[0] == ["task_created", "driver_started"]
+    assert sum(kinds.count("driver_started") for kinds in appends) == 1

@@ -31,7 +31,7 @@ from pev.engine._components import (
 )
 from pev.engine._driver import Driver
 from pev.engine._result import RunResult
-from pev.engine._tenure import free_if_owner_gone, new_owner
+from pev.engine._tenure import driver_started, free_if_owner_gone, new_owner
 from pev.engine._trust import check_chain
 from pev.errors import ComponentError, LeaseHeld, StateError, StoreError, UsageError
 from pev.experience import LessonBook
@@ -119,6 +119,7 @@ class Launch:
             policy=policy,
             components=agent_paths(agent),
             lease=lease,
+            then=(driver_started(lease),),  # the driver's first event, in the same write
         )
         bus = RailBus((*agent.rails, *self.rails))
         return Driver(

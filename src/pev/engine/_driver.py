@@ -39,6 +39,7 @@ from pev.engine._threads import run_threads
 from pev.engine._verify_step import VerifyStep
 from pev.errors import ConflictError, LeaseHeld, StateError
 from pev.ledger import (
+    DriverStarted,
     Event,
     Lease,
     Ledger,
@@ -269,7 +270,8 @@ class Driver:
                     if self._announce:  # a new task's creation, for its rails
                         await self._rails.emit(self._announce, self.state)
                         self._announce = ()
-                    await self.write([started])
+                    if not _recorded(self.state, started):  # a new task's creation holds it
+                        await self.write([started])
                     await self._settler.unfinished()
                     await self._compensations.unfinished()
                     await self._loop()
@@ -439,3 +441,9 @@ class Driver:
 
 def _nothing() -> None:
     """Nothing to tell: the drive runs outside any task."""
+
+
+def _recorded(state: TaskState, started: DriverStarted) -> bool:
+    """Whether ``started`` is the task's last ``driver_started`` already (written with it)."""
+    last = state.drivers[-1] if state.drivers else None
+    return last is not None and (last.owner, last.epoch) == (started.owner, started.epoch)

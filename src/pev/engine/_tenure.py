@@ -31,7 +31,14 @@ from pev._logs import log_failure
 from pev.errors import LeaseLost, PevError
 from pev.ledger import DriverStarted, Lease, Ledger, utc_now
 
-__all__ = ["Tenure", "cancel_requested", "free_if_owner_gone", "new_owner", "owner_gone"]
+__all__ = [
+    "Tenure",
+    "cancel_requested",
+    "driver_started",
+    "free_if_owner_gone",
+    "new_owner",
+    "owner_gone",
+]
 
 log = logging.getLogger("pev.engine")
 
@@ -94,6 +101,13 @@ def owner_gone(owner: str) -> bool:
     except (PermissionError, OverflowError, OSError):
         return False  # it exists (another user's), or the id is no process id at all
     return False
+
+
+def driver_started(lease: Lease) -> DriverStarted:
+    """The ``driver_started`` event of this process driving under ``lease``."""
+    return DriverStarted(
+        owner=lease.owner, epoch=lease.epoch, host=socket.gethostname(), process=os.getpid()
+    )
 
 
 async def free_if_owner_gone(ledger: Ledger, lease: Lease | None, *, now: datetime) -> bool:
@@ -168,12 +182,7 @@ class Tenure:
             self._lease = await self._ledger.acquire(
                 self._task_id, self.owner, lease_s=self._lease_s
             )
-        return DriverStarted(
-            owner=self.owner,
-            epoch=self._lease.epoch,
-            host=socket.gethostname(),
-            process=os.getpid(),
-        )
+        return driver_started(self._lease)
 
     async def beat(self, on_lost: Callable[[], object]) -> None:
         """Renew the lease every third of ``lease_s`` until cancelled; ``on_lost`` if taken over.

@@ -156,6 +156,7 @@ class Ledger:
         components: Mapping[str, str] | None = None,
         task_id: str | None = None,
         lease: Lease | None = None,
+        then: Sequence[Event] = (),
     ) -> TaskState:
         """Create a task and write its ``task_created`` event.
 
@@ -168,6 +169,8 @@ class Ledger:
             lease: The first lease (epoch 1) of a driver about to drive the task: the store
                 takes it with the task, in the same transaction, so no worker claims the task
                 before that driver holds it.
+            then: Events that follow the creation in the same append (the ``driver_started``
+                of the driver that holds ``lease``): one write instead of two.
 
         Raises:
             ConflictError: A task with that id already exists.
@@ -187,7 +190,7 @@ class Ledger:
             components=components,
         )
         try:
-            state, _ = await self._write(None, created.task_id, (created,), fence=lease)
+            state, _ = await self._write(None, created.task_id, (created, *then), fence=lease)
         except LeaseLost:
             # The store checks the fence first: a task of that id, driven by another, refuses it.
             if await self._store.summary(created.task_id) is None:
