@@ -10,6 +10,10 @@ async no-ops:
   after the other;
 * pev + `MemoryStore`: N `pev.run` calls of a plan of two query nodes, verification `off`, one
   store shared by all;
+* pev `Agent` as users write it (bench/_user_agents.py, async or sync function planner): N
+  `pev.run(input, agent=agent)` calls, each planner building its two-node chain of typed calls
+  (`step(i: int) -> int`), each run on the store it gets by default (targets of issue 27: at
+  most 20x raw asyncio, 12 KiB per task, and 0.3x LangGraph's time);
 * the same with CPython's cyclic garbage collector made less eager
   (`gc.set_threshold(100_000, 50, 100)`), as `pev worker` sets it in its own process;
 * pev + `SQLiteStore`: one file shared by all (WAL, `synchronous=FULL`); past `Sizes.cap_s`
@@ -89,6 +93,16 @@ CASES = {
         ratio_target=MEMORY_TARGET,
         kib_target=KIB_TARGET,
     ),
+    "agent-async": Case(
+        label="pev `Agent` as users write it: async function planner, typed tool, default store",
+        ratio_target=MEMORY_TARGET,
+        kib_target=KIB_TARGET,
+    ),
+    "agent-sync": Case(
+        label="pev `Agent` as users write it: sync function planner, typed tool, default store",
+        ratio_target=MEMORY_TARGET,
+        kib_target=KIB_TARGET,
+    ),
     "sqlite": Case(label="pev + SQLiteStore (one file)", ratio_target=SQLITE_TARGET, capped=True),
     "langgraph": Case(label="LangGraph, no checkpointer"),
     "langgraph-sqlite": Case(
@@ -151,6 +165,18 @@ def _pev(store: pev.Store) -> Callable[[int], Awaitable[int]]:
     return run
 
 
+def _agent(agent: pev.Agent) -> Callable[[int], Awaitable[int]]:
+    """Tasks of a user's agent (bench/_user_agents.py): a two-node chain of typed calls each,
+    the planner building the plan every time, on the store a run gets by default."""
+    two = {"shape": "chain", "nodes": 2}
+
+    async def run(tasks: int) -> int:
+        results = await asyncio.gather(*(pev.run(two, agent=agent) for _ in range(tasks)))
+        return sum(result.ok for result in results)
+
+    return run
+
+
 def _langgraph(graph: Any, thread_ids: bool) -> Callable[[int], Awaitable[int]]:
     from _graphs import config_for
 
@@ -195,6 +221,10 @@ async def _case(case: str, tasks: int) -> dict[str, float]:
             return await _timed(_raw, tasks)
         if case in ("memory", "memory-gc"):
             return await _timed(_pev(pev.MemoryStore()), tasks)
+        if case in ("agent-async", "agent-sync"):
+            from _user_agents import async_agent, sync_agent
+
+            return await _timed(_agent(async_agent if case == "agent-async" else sync_agent), tasks)
         if case == "sqlite":
             store = pev.SQLiteStore(path)
             try:
@@ -309,7 +339,12 @@ def report(measured: dict[str, _Runs], notes: Sequence[str], sizes: Sizes, comma
             f"| {r['rss_before_mib']:.0f} → {r['rss_peak_mib']:.0f} | {r['kib_per_task']:.1f} "
             f"| {_verdicts(case, ratio, r['kib_per_task'])} |"
         )
-    pairs = [("langgraph", "memory"), ("langgraph-sqlite", "sqlite")]
+    pairs = [
+        ("langgraph", "memory"),
+        ("langgraph", "agent-async"),
+        ("langgraph", "agent-sync"),
+        ("langgraph-sqlite", "sqlite"),
+    ]
     compared = [
         f"{CASES[graph].label} ÷ {CASES[pev_case].label}, wall time: "
         f"{rows[graph]['seconds'] / rows[pev_case]['seconds']:.2f}x"

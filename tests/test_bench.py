@@ -226,7 +226,17 @@ async def test_the_graphs_run_every_node_once() -> None:
 
 @pytest.mark.usefixtures("bench")
 @pytest.mark.parametrize(
-    "case", ["asyncio", "memory", "memory-gc", "sqlite", "langgraph", "langgraph-sqlite"]
+    "case",
+    [
+        "asyncio",
+        "memory",
+        "memory-gc",
+        "agent-async",
+        "agent-sync",
+        "sqlite",
+        "langgraph",
+        "langgraph-sqlite",
+    ],
 )
 async def test_every_scale_case_finishes_its_tasks(case: str) -> None:
     """Each scale case runs its tasks to success, with every figure its report row needs."""
