@@ -273,7 +273,7 @@ def __getattr__(name: str) -> object:
         return _served(name)
     from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
 
-    try:  # read from the installed metadata on first use: importing that costs some 30 ms
+    try:  # read from the installed metadata on first use: importlib.metadata is slow to load
         found = version("pev-agent")
     except PackageNotFoundError:  # pragma: no cover - a source tree without install
         found = "0.0.0"

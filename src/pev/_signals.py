@@ -9,11 +9,14 @@ library installed meanwhile, as joining Ray does, would be lost either way).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # asyncio is imported where the loop runs: the command's first moments need
+    import asyncio  # only STOP_SIGNALS (pev.cli._early), and loading asyncio takes a while
 
 __all__ = ["STOP_SIGNALS", "stop_on_signals"]
 
@@ -30,6 +33,8 @@ def stop_on_signals(
     Only the main thread receives signals: elsewhere nothing changes. Must be entered with the
     running loop's thread.
     """
+    import asyncio  # noqa: PLC0415 - see the import above
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -5,9 +5,10 @@ with the default action (exit 143, no drain) before `pev worker` could install i
 So the entry point (:func:`pev.cli.main`) installs :class:`EarlySignals` first, before it loads
 anything else (``import pev`` itself loads none of the engine), and the group's callback, which
 knows the subcommand, then either hands the signals back (every command but ``worker``: a signal
-noted meanwhile is delivered as it would have been) or leaves them to the worker, which reads
-the noted signal from the handler it replaces and stops at once (exit 0). Nothing is kept in a
-module: the handler installed in the signal table is the one place the noted signal lives.
+noted meanwhile is delivered as it would have been) or leaves them to the worker, which goes on
+noting them until its loop takes them over (:func:`pev._signals.stop_on_signals`) and then stops
+at once (exit 0) if one came. Nothing is kept in a module: the handler installed in the signal
+table is the one place the noted signal lives (:meth:`EarlySignals.installed`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from pev._signals import STOP_SIGNALS
+
 __all__ = ["EarlySignals", "Handler"]
 
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 """What ``signal.getsignal`` answers: a handler to put back with ``signal.signal``."""
-
-_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class EarlySignals:
@@ -43,7 +44,7 @@ class EarlySignals:
         """Note SIGTERM and SIGINT from now on (only the main thread may set handlers)."""
         early = cls()
         if threading.current_thread() is threading.main_thread():
-            for signum in _SIGNALS:
+            for signum in STOP_SIGNALS:
                 early.previous[signum] = signal.getsignal(signum)
                 signal.signal(signum, early._note)
         return early

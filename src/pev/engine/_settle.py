@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pev.engine._host import TaskHost
@@ -51,7 +51,7 @@ from pev.model import (
     record_status_for,
 )
 
-__all__ = ["QUERY_DISPATCHES", "Settler"]
+__all__ = ["QUERY_DISPATCHES", "Settler", "unanswered"]
 
 log = logging.getLogger("pev.engine")
 
@@ -138,33 +138,27 @@ class Settler:
         events: list[Event] = []
         for record in unfinished_records(state):
             result = await self._ask_unfinished(record)
-            status = None if result is None else record_status_for(result)
+            at = self._host.deadline.now()
             if result is None and record.effect is Effect.ACTION:
-                result = DeviceFailure(
-                    record.node_id,
-                    "the process driving this action stopped; its outcome is unknown",
-                    outcome_unknown=True,
+                why = "the process driving this action stopped"
+                events.append(unanswered(record, at=at, why=why))
+            elif result is None and _cut_short(state, record) >= QUERY_DISPATCHES:
+                why = (
+                    "the process running this query stopped before it answered, "
+                    f"{QUERY_DISPATCHES} times"
                 )
-                status = RecordStatus.UNKNOWN
-            elif result is None and _cut_short(state, record) < QUERY_DISPATCHES:
-                status = RecordStatus.CANCELLED  # a read: it runs again
-            elif result is None:
-                result = DeviceFailure(
-                    record.node_id,
-                    f"the process running this query stopped before it answered, "
-                    f"{QUERY_DISPATCHES} times",
+                events.append(unanswered(record, at=at, why=why))
+            else:  # what reconcile established, or a read that runs again
+                status = RecordStatus.CANCELLED if result is None else record_status_for(result)
+                events.append(
+                    NodeFinished(
+                        record_id=record.id,
+                        status=status,
+                        result=result,
+                        at=at,
+                        settled_on_resume=True,
+                    )
                 )
-                status = RecordStatus.FAILED
-            assert status is not None  # noqa: S101 - every branch above sets it
-            events.append(
-                NodeFinished(
-                    record_id=record.id,
-                    status=status,
-                    result=result,
-                    at=self._host.deadline.now(),
-                    settled_on_resume=True,
-                )
-            )
         await self._host.write(events)
         revision = self._host.state.revision
         if revision is not None and self._host.state.phase is TaskPhase.EXECUTING:
@@ -217,6 +211,26 @@ class Settler:
                 source="reconcile",
             )
         return None
+
+
+def unanswered(record: ExecutionRecord, *, at: datetime, why: str) -> NodeFinished:
+    """The end of an unfinished call nobody can answer for; ``why`` says what cut it short.
+
+    An action ends ``unknown`` (its outcome unknown, so it is never sent again), a query
+    ``failed``.
+    """
+    action = record.effect is Effect.ACTION
+    return NodeFinished(
+        record_id=record.id,
+        status=RecordStatus.UNKNOWN if action else RecordStatus.FAILED,
+        result=DeviceFailure(
+            record.node_id,
+            f"{why}; its outcome is unknown" if action else why,
+            outcome_unknown=action,
+        ),
+        at=at,
+        settled_on_resume=True,
+    )
 
 
 def _cut_short(state: TaskState, record: ExecutionRecord) -> int:

@@ -29,20 +29,19 @@ import socket
 
 from pev._logs import log_failure
 from pev.engine._redact import known_redactor
+from pev.engine._settle import unanswered
 from pev.errors import ConflictError, PevError
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
     Event,
     Lease,
     Ledger,
-    NodeFinished,
     StartFailed,
     TaskFinished,
     TaskState,
     unfinished_records,
     utc_now,
 )
-from pev.model import DeviceFailure, Effect, RecordStatus
 
 __all__ = ["Backoff", "NotStarted", "let_go", "record_not_started", "start_cause"]
 
@@ -189,23 +188,12 @@ def _start_failure(state: TaskState, failed: StartFailed, attempts: int) -> list
     """
     if attempts < state.policy.start_attempts:
         return [failed]
+    why = (
+        "the process driving this call stopped mid-call, and the task ended before another "
+        "could settle it (its agent did not start)"
+    )
     now = utc_now()
-    settled = [
-        NodeFinished(
-            record_id=record.id,
-            status=RecordStatus.UNKNOWN if record.effect is Effect.ACTION else RecordStatus.FAILED,
-            result=DeviceFailure(
-                record.node_id,
-                "the process driving this call stopped mid-call, and the task ended before "
-                "another could settle it (its agent did not start)"
-                + ("; its outcome is unknown" if record.effect is Effect.ACTION else ""),
-                outcome_unknown=record.effect is Effect.ACTION,
-            ),
-            at=now,
-            settled_on_resume=True,
-        )
-        for record in unfinished_records(state)
-    ]
+    settled = [unanswered(record, at=now, why=why) for record in unfinished_records(state)]
     return [
         failed,
         *settled,
