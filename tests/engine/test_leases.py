@@ -207,21 +207,29 @@ async def test_an_earlier_call_is_asked_about_only_past_its_deadline() -> None:
     assert [r.status for r in state.records.values()] == [RecordStatus.FAILED]
 
 
+class LookedAtStore(MemoryStore):
+    """A memory store watched by looks, as SQL stores are: its heartbeat sees a takeover first."""
+
+    hears_every_write = False
+
+
 async def test_a_callers_cancel_is_not_turned_into_lease_lost(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The caller cancels the run just as the heartbeat finds the lease lost: it stays cancelled."""
-    store, card = MemoryStore(), Card()
+    store, card = LookedAtStore(), Card()
     beat = _tenure.Tenure.beat
     run: asyncio.Task[pev.engine.RunResult] | None = None
 
-    async def beat_and_cancel(self: _tenure.Tenure, on_lost: Callable[[], object]) -> None:
+    async def beat_and_cancel(
+        self: _tenure.Tenure, on_lost: Callable[[], object], *, first_s: float | None = None
+    ) -> None:
         def both() -> None:
             on_lost()
             assert run is not None
             run.cancel()  # the caller's own cancel, in the same turn of the loop
 
-        await beat(self, both)
+        await beat(self, both, first_s=first_s)
 
     monkeypatch.setattr(_tenure.Tenure, "beat", beat_and_cancel)
     run = card.paying(store, lease_s=0.3)

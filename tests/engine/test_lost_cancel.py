@@ -26,7 +26,12 @@ HELPERS = ("pev-lease-", "pev-task-w")
 
 
 class LosingStore(MemoryStore):
-    """A memory store that holds each helper's first call until a cancel comes, then drops it."""
+    """A memory store that holds each helper's first call until a cancel comes, then drops it.
+
+    Watched by looks, as the PostgreSQL store is (a ``MemoryStore`` tells its watch instead).
+    """
+
+    hears_every_write = False
 
     def __init__(self) -> None:
         super().__init__()

@@ -2,12 +2,16 @@
 
 What other processes write to a running task (a cancel, a takeover of its lease) reaches its
 driver through its store's :class:`~pev.ledger.TaskWatch`: one query of the index for all the
-tasks at once, no events read or folded (docs/engine.md, "Watching what others write").
+tasks at once, no events read or folded (docs/engine.md, "Watching what others write"). A store
+that hears every write (``MemoryStore``) tells its watch of each change instead, and its watch
+never looks: the stores below that look are memory stores told to behave as the SQL stores do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -26,6 +30,7 @@ from pev.ledger import (
     TaskWatch,
     utc_now,
 )
+from pev.ledger import _watch as watch_module
 from pev.ledger._watch import Follower, read_marks, watch_of
 from pev.model import Plan, PlanNode, TaskId
 from pev.policy import RecoveryPolicy
@@ -36,8 +41,14 @@ WATCH = "pev-task-watch"
 TASKS = 30
 
 
-class CountingStore(MemoryStore):
-    """A memory store that counts the watch's looks and every read of events."""
+class PollingStore(MemoryStore):
+    """A memory store watched as a SQL store is: by looks, a quarter second apart."""
+
+    hears_every_write = False
+
+
+class CountingStore(PollingStore):
+    """A memory store, watched by looks, that counts the looks and every read of events."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -112,9 +123,16 @@ async def test_many_tasks_share_one_watch_that_reads_no_events() -> None:
     assert watches() == []  # the last driver out stopped the watch
 
 
-async def test_a_cancel_reaches_only_its_task_among_many() -> None:
+STORES = [
+    pytest.param(PollingStore, id="looked-at"),
+    pytest.param(MemoryStore, id="told"),
+]
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_cancel_reaches_only_its_task_among_many(kind: type[MemoryStore]) -> None:
     """One of several tasks is cancelled through the store: it ends cancelled, the rest succeed."""
-    store = MemoryStore()
+    store = kind()
     started = asyncio.Event()
     runs = [
         slow_run(
@@ -129,9 +147,12 @@ async def test_a_cancel_reaches_only_its_task_among_many() -> None:
     assert all(result.ok for result in results[1:])
 
 
-async def test_a_takeover_is_seen_by_the_watch_long_before_the_heartbeat() -> None:
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_takeover_is_seen_by_the_watch_long_before_the_heartbeat(
+    kind: type[MemoryStore],
+) -> None:
     """A 60 s lease is renewed every 20 s; the watch sees a takeover within a look or two."""
-    store = MemoryStore()
+    store = kind()
     started = asyncio.Event()
     run = slow_run(store, "t", started=started, seconds=30, policy=RecoveryPolicy(lease_s=60))
     await asyncio.wait_for(started.wait(), 5)
@@ -194,8 +215,8 @@ async def test_a_store_without_marks_is_watched_task_by_task() -> None:
     assert len(made) == 3
 
 
-class FlakyStore(MemoryStore):
-    """A memory store whose first look fails as a damaged index row would."""
+class FlakyStore(PollingStore):
+    """A memory store, watched by looks, whose first look fails as a damaged index row would."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -223,3 +244,77 @@ async def test_a_failed_look_is_logged_and_the_watch_goes_on(
     assert result.status is TaskStatus.CANCELLED
     assert store.failed
     assert "watching 1 tasks failed" in caplog.text
+
+
+class ToldCountingStore(CountingStore):
+    """The counting store, told of every write as ``MemoryStore`` is."""
+
+    hears_every_write = True
+
+
+async def test_a_store_that_hears_every_write_is_never_looked_at() -> None:
+    """``MemoryStore``'s watch never looks: each follower reads its own mark once, on arrival."""
+    store = ToldCountingStore()
+    runs = [slow_run(store) for _ in range(TASKS)]
+    await asyncio.sleep(0.5)
+    assert watches() == []  # no look runs, and nothing waits on a timer per task
+    results = await asyncio.gather(*runs)
+    assert all(result.ok for result in results)
+    assert store.looks == [1] * TASKS  # one read of its own mark as each driver began to follow
+    assert store.reads == 0
+
+
+async def test_a_told_watch_still_expires_overdue_replans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While anyone follows, a watch that never looks expires overdue replans now and then."""
+    monkeypatch.setattr(watch_module, "EXPIRE_S", 0.05)
+    store = MemoryStore()
+    ledger = pev.Ledger(store)
+    await ledger.create("x", task_id="t")
+    lease = await ledger.acquire("t", "me", lease_s=30)
+    expired: list[float] = []
+
+    async def expire() -> None:
+        expired.append(asyncio.get_running_loop().time())
+
+    watch = TaskWatch(store, expire=expire)
+    async with watch.follow(Follower(lease, on_cancel=lambda: None, on_lost=lambda: None)):
+        await asyncio.sleep(0.4)
+    assert len(expired) >= 2
+    seen = len(expired)
+    await asyncio.sleep(0.2)
+    assert len(expired) == seen  # the last follower out stopped it
+
+
+async def test_a_takeover_is_told_to_a_follower_of_a_told_store_at_once() -> None:
+    """A lease taken on a ``MemoryStore`` reaches its follower in the same turn, no look."""
+    store = MemoryStore()
+    ledger = pev.Ledger(store)
+    await ledger.create("x", task_id="t")
+    lease = await ledger.acquire("t", "me", lease_s=30)
+    told: list[str] = []
+    follower = Follower(
+        lease, on_cancel=lambda: told.append("cancel"), on_lost=lambda: told.append("lost")
+    )
+    async with watch_of(store, lambda: TaskWatch(store)).follow(follower):
+        assert told == []
+        await store.acquire_lease("t", "other", now=utc_now() + timedelta(seconds=31), lease_s=30)
+        assert told == ["lost"]
+        await pev.cancel("t", store=store)
+        assert told == ["lost", "cancel"]
+
+
+async def test_an_ended_run_is_freed_without_the_garbage_collector() -> None:
+    """A run leaves no reference cycle: its driver, steps and store go as it returns."""
+    store = MemoryStore()
+    gone = weakref.ref(store)
+    gc.collect()
+    gc.disable()
+    try:
+        result = await pev.run(
+            "slow", planner=slow_plan(), tools=[slow_tool(seconds=0)], store=store
+        )
+        assert result.ok
+        del store
+        assert gone() is None
+    finally:
+        gc.enable()

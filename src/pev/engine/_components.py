@@ -85,7 +85,17 @@ class Components:
 
 
 def build_components(agent: Agent, *, policy: RecoveryPolicy) -> Components:
-    """Adapt an agent's parts for the engine: async callables, the tools' specs and timeouts."""
+    """Adapt an agent's parts for the engine: async callables, the tools' specs and timeouts.
+
+    Built once for each node timeout a policy gives and kept by the agent: its parts are fixed,
+    and what is built from them holds nothing of a run, so a task does not build them again.
+    """
+    return agent.derived(
+        f"components {policy.node_timeout_s!r}", lambda: _build_components(agent, policy)
+    )
+
+
+def _build_components(agent: Agent, policy: RecoveryPolicy) -> Components:
     specs: Mapping[str, ToolSpec] | None = None
     timeouts: dict[str, float] = {}
     executor: object = agent.executor

@@ -20,13 +20,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import cast
 
 from pev.engine._compensation import Compensations, left_in_place, not_undone
 from pev.engine._components import Components
 from pev.engine._deadline import Deadline
-from pev.engine._host import current, task_deadline_finish
+from pev.engine._host import TaskHost, current, task_deadline_finish
 from pev.engine._observe_step import ObserveStep
 from pev.engine._outage import Outage
 from pev.engine._plan_step import PlanStep
@@ -127,22 +129,30 @@ class Driver:
         self._hold_on_error = hold_on_error
         self._announce = tuple(announce)
         cancel = self.cancel_signal
+        # The steps see the driver through a weak proxy: a driver and its steps make no cycle,
+        # so an ended task's objects are freed as its run returns, not by the garbage collector.
+        host = cast("TaskHost", weakref.proxy(self))
         self._planning = PlanStep(
-            self,
+            host,
             components.plan,
             cancel=cancel,
             tools=components.tools,
             lessons=lessons,
             compensates=components.compensates,
         )
-        self._verifying = VerifyStep(self, components.verify, cancel=cancel, lessons=lessons)
+        self._verifying = VerifyStep(host, components.verify, cancel=cancel, lessons=lessons)
         observe = components.observe
-        self._observing = None if observe is None else ObserveStep(self, observe)
+        self._observing = None if observe is None else ObserveStep(host, observe)
         self._settler = Settler(
-            self, components.reconcile, timeout_of=self._record_timeout, cancel=cancel
+            host,
+            components.reconcile,
+            timeout_of=functools.partial(
+                _record_timeout, components.tool_timeouts, state.policy.node_timeout_s
+            ),
+            cancel=cancel,
         )
         self._compensations = Compensations(
-            self, components.compensate, components.compensates, tools=components.tools
+            host, components.compensate, components.compensates, tools=components.tools
         )
 
     # -- the loop -------------------------------------------------------------------------
@@ -261,12 +271,9 @@ class Driver:
         )
         # Sync code the drive calls runs in the process's pool, in threads named after the task.
         with run_threads(self._task_id):
-            heartbeat = asyncio.create_task(
-                tenure.beat(on_lost=stop), name=f"pev-lease-{self._task_id}"
-            )
             held = False
             try:
-                async with self._watch().follow(follower):
+                async with tenure.heartbeat(on_lost=stop), self._watch().follow(follower):
                     if self._announce:  # a new task's creation, for its rails
                         await self._rails.emit(self._announce, self.state)
                         self._announce = ()
@@ -287,8 +294,6 @@ class Driver:
                 held = self._hold_on_error
                 raise
             finally:
-                heartbeat.cancel()
-                await asyncio.gather(heartbeat, return_exceptions=True)
                 if not held:
                     await tenure.release()
                 await self._rails.drain()
@@ -422,10 +427,6 @@ class Driver:
         own = self._c.tool_timeouts.get(node.tool or "") or self.state.policy.node_timeout_s
         return self.deadline.within(own)
 
-    def _record_timeout(self, record: ExecutionRecord) -> float | None:
-        """How long the call behind a record could run: its tool's timeout, else the policy's."""
-        return self._c.tool_timeouts.get(record.tool or "") or self.state.policy.node_timeout_s
-
     async def execute(self, node: PlanNode, context: NodeContext) -> object:
         """Call the executor."""
         return await self._c.execute(node, context)
@@ -447,3 +448,10 @@ def _recorded(state: TaskState, started: DriverStarted) -> bool:
     """Whether ``started`` is the task's last ``driver_started`` already (written with it)."""
     last = state.drivers[-1] if state.drivers else None
     return last is not None and (last.owner, last.epoch) == (started.owner, started.epoch)
+
+
+def _record_timeout(
+    tool_timeouts: Mapping[str, float], policy_s: float | None, record: ExecutionRecord
+) -> float | None:
+    """How long the call behind a record could run: its tool's timeout, else the policy's."""
+    return tool_timeouts.get(record.tool or "") or policy_s

@@ -17,13 +17,14 @@ host name) or another boot is never judged from here (docs/workers.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -184,16 +185,53 @@ class Tenure:
             )
         return driver_started(self._lease)
 
-    async def beat(self, on_lost: Callable[[], object]) -> None:
-        """Renew the lease every third of ``lease_s`` until cancelled; ``on_lost`` if taken over.
+    @contextlib.asynccontextmanager
+    async def heartbeat(self, on_lost: Callable[[], object]) -> AsyncIterator[None]:
+        """While the block runs, renew the lease every third of ``lease_s`` (see :meth:`beat`).
 
-        A store that fails to answer is logged and tried again at the next beat: the lease is
-        lost only when another driver has taken it (then this driver's writes are refused too).
+        The first renewal waits on a timer of the event loop; the renewals run as a task from
+        then on. A drive that ends before its first renewal is due (most do, at a default lease
+        of 30 s) never starts one: it costs one timer, no task to cancel and wait for.
+        """
+        loop = asyncio.get_running_loop()
+        beating: asyncio.Task[None] | None = None
+
+        def begin() -> None:
+            nonlocal beating
+            beating = loop.create_task(
+                self.beat(on_lost, first_s=0.0), name=f"pev-lease-{self._task_id}"
+            )
+
+        timer = loop.call_later(self._first_beat_s(), begin)
+        try:
+            yield
+        finally:
+            timer.cancel()
+            if beating is not None:
+                beating.cancel()
+                await asyncio.wait((beating,))
+
+    def _first_beat_s(self) -> float:
+        """When the first renewal is due: after a third of ``lease_s``.
+
+        After a third of what is left of a lease held since before the drive, if it runs out
+        sooner.
         """
         wait = self._lease_s / 3
-        if self._lease is not None:  # held since before the drive: it may run out sooner
+        if self._lease is not None:
             left = (self._lease.expires_at - self._clock()).total_seconds()
             wait = max(0.0, min(wait, left / 3))
+        return wait
+
+    async def beat(self, on_lost: Callable[[], object], *, first_s: float | None = None) -> None:
+        """Renew the lease every third of ``lease_s`` until cancelled; ``on_lost`` if taken over.
+
+        The first renewal comes after ``first_s`` (by default, when :meth:`heartbeat` would
+        make it). A store that fails to answer is logged and tried again at the next beat: the
+        lease is lost only when another driver has taken it (then this driver's writes are
+        refused too).
+        """
+        wait = self._first_beat_s() if first_s is None else first_s
         while not cancel_requested():
             await asyncio.sleep(wait)
             wait = self._lease_s / 3

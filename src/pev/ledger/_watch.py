@@ -12,6 +12,12 @@ tasks whose replan deadline passed with nobody to start the replan
 
 A store of your own without ``marks`` is watched all the same, one index row and one lease read
 per task a look (:func:`read_marks`).
+
+A store that hears every write to its tasks, because each is made through the store object itself
+(:class:`~pev.stores.MemoryStore`: :attr:`WatchedStore.hears_every_write`), tells its watches
+of each new mark as it is made (:meth:`WatchedStore.tell_watches`) instead: its watch never
+looks, so a process holding thousands of such stores (``pev.run`` makes one per task by default)
+keeps no timer per store, and a follower hears a cancel at once.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from pev._logs import log_failure
 from pev.ledger._lease import Lease
@@ -45,6 +51,8 @@ POLL_S = 0.25
 """How often a watch looks at the tasks it follows."""
 
 _EXPIRE_EVERY_POLLS = 20  # about every 5 s at POLL_S: overdue replans are rare and not urgent
+EXPIRE_S = POLL_S * _EXPIRE_EVERY_POLLS
+"""How often a watch expires overdue replans while anyone follows (a watch that never looks too)."""
 
 
 class TaskMark(NamedTuple):
@@ -131,12 +139,14 @@ class TaskWatch:
     """Watches the tasks its followers drive, all in one query a look, on one event loop.
 
     Its look runs as one background task while anyone follows, and stops with the last
-    follower. Get a store's watch with :func:`watch_of`.
+    follower. The watch of a store that hears every write never looks: the store tells it of
+    each new mark (:meth:`WatchedStore.tell_watches`), and it only expires overdue replans now
+    and then. Get a store's watch with :func:`watch_of`.
 
     Args:
         store: The store the tasks live in.
-        expire: Called every twentieth look (about every 5 s) to expire overdue replans; a
-            failure is logged.
+        expire: Called about every 5 s (:data:`EXPIRE_S`) while anyone follows, to expire
+            overdue replans; a failure is logged.
         poll_s: How often to look.
     """
 
@@ -152,27 +162,84 @@ class TaskWatch:
         self._poll_s = poll_s
         self._followers: dict[str, list[Follower]] = {}
         self._looking: asyncio.Task[None] | None = None
+        self._told = isinstance(store, WatchedStore) and store.hears_every_write
+        self._timer: asyncio.TimerHandle | None = None  # the next expiry of a watch that is told
 
     @contextlib.asynccontextmanager
     async def follow(self, follower: Follower) -> AsyncIterator[Follower]:
         """While the block runs, tell ``follower`` of its task's cancel and lease changes."""
         task_id = follower.lease.task_id
         self._followers.setdefault(task_id, []).append(follower)
-        if self._looking is None:
-            self._looking = asyncio.create_task(self._look(), name="pev-task-watch")
         try:
+            if not self._told:
+                if self._looking is None:
+                    self._looking = asyncio.create_task(self._look(), name="pev-task-watch")
+            else:
+                if self._timer is None and self._expire is not None:
+                    self._timer = asyncio.get_running_loop().call_later(EXPIRE_S, self._expire_now)
+                # What changed before the follower came is told as it stands now.
+                for mark in await read_marks(self._store, (task_id,)):
+                    self._see(mark)
             yield follower
         finally:
             followers = self._followers[task_id]
             followers.remove(follower)
             if not followers:
                 del self._followers[task_id]
-            looking = self._looking
-            if not self._followers and looking is not None:
-                # The last one out stops the look (a new follower starts another).
-                self._looking = None
-                looking.cancel()
-                await asyncio.gather(looking, return_exceptions=True)
+            if not self._followers:
+                await self._stop()
+
+    def told(self, mark: TaskMark, loop: asyncio.AbstractEventLoop) -> None:
+        """Tell the followers of ``mark``'s task of it, on ``loop``, the watch's (any thread)."""
+        if mark.task_id not in self._followers:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._see(mark)
+            return
+        with contextlib.suppress(RuntimeError):  # its loop closed: nobody follows there now
+            loop.call_soon_threadsafe(self._see, mark)
+
+    def _see(self, mark: TaskMark) -> None:
+        for follower in tuple(self._followers.get(mark.task_id, ())):
+            follower.see(mark)
+
+    async def _stop(self) -> None:
+        """The last follower is out: stop the look (a new follower starts another)."""
+        if isinstance(self._store, WatchedStore):
+            self._store.forget_watch(self)
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        looking, self._looking = self._looking, None
+        if looking is not None:
+            looking.cancel()
+            await asyncio.gather(looking, return_exceptions=True)
+
+    def _expire_now(self) -> None:
+        """The timer of a watch that is told: expire overdue replans, then set it again."""
+        self._timer = None
+        if self._followers and self._looking is None:
+            self._looking = asyncio.create_task(self._expire_once(), name="pev-task-watch")
+
+    async def _expire_once(self) -> None:
+        try:
+            await self._expire_overdue()
+        finally:
+            self._looking = None
+            if self._followers and self._timer is None:
+                self._timer = asyncio.get_running_loop().call_later(EXPIRE_S, self._expire_now)
+
+    async def _expire_overdue(self) -> None:
+        if self._expire is None:
+            return
+        try:
+            await self._expire()
+        except Exception:  # noqa: BLE001 - logged by log_failure; the watch goes on
+            log_failure(log, "pev: expiring overdue tasks failed")
 
     async def _look(self) -> None:
         looks = 0
@@ -190,17 +257,17 @@ class TaskWatch:
                 log_failure(log, "pev: watching %d tasks failed", len(self._followers))
                 continue
             for mark in marks:
-                for follower in tuple(self._followers.get(mark.task_id, ())):
-                    follower.see(mark)
-            if self._expire is not None and looks % _EXPIRE_EVERY_POLLS == 0:
-                try:
-                    await self._expire()
-                except Exception:  # noqa: BLE001 - logged by log_failure; the watch goes on
-                    log_failure(log, "pev: expiring overdue tasks failed")
+                self._see(mark)
+            if looks % _EXPIRE_EVERY_POLLS == 0:
+                await self._expire_overdue()
 
 
 class WatchedStore:
     """What a store mixes in to keep one :class:`TaskWatch` per event loop that drives tasks."""
+
+    hears_every_write: ClassVar[bool] = False
+    """Whether every write to the store's tasks is made through this very object, so that it
+    can tell its watches of each change itself (:meth:`tell_watches`) and they never look."""
 
     def __init__(self) -> None:
         # A store may serve several event loops (threads of one process): one watch each.
@@ -217,6 +284,29 @@ class WatchedStore:
             if watch is None:
                 watch = self._watches[loop] = make()
             return watch
+
+    def forget_watch(self, watch: TaskWatch) -> None:
+        """Drop ``watch``, whose last follower left (the next follower gets a new one).
+
+        Neither keeps the other alive then: a store nobody holds any more is freed at once.
+        """
+        with self._watches_lock:
+            for loop, kept in list(self._watches.items()):
+                if kept is watch:
+                    del self._watches[loop]
+
+    def tell_watches(self, mark: TaskMark) -> None:
+        """Tell the watches that follow ``mark``'s task of its new mark (from any thread).
+
+        For a store that :attr:`hears_every_write`, after each write that may change a mark: an
+        append (its phase) and a lease taken (its owner and epoch).
+        """
+        if not (self.hears_every_write and self._watches):
+            return
+        with self._watches_lock:
+            watches = list(self._watches.items())
+        for loop, watch in watches:
+            watch.told(mark, loop)
 
 
 def watch_of(store: Store, make: Callable[[], TaskWatch]) -> TaskWatch:

@@ -42,8 +42,12 @@ __all__ = ["MemoryStore"]
 class MemoryStore(WatchedStore):
     """Keeps ledgers in this process's memory; they are gone when it exits.
 
-    Safe to share between the threads and tasks of one process.
+    Safe to share between the threads and tasks of one process. Every write is made through it,
+    so it tells the drivers that follow a task of a cancel or a takeover as it is written
+    (:attr:`~pev.ledger._watch.WatchedStore.hears_every_write`): nothing polls it.
     """
+
+    hears_every_write = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -89,6 +93,8 @@ class MemoryStore(WatchedStore):
                 self._waiting.pop(task_id, None)
             else:
                 self._waiting[task_id] = summary.replan_deadline
+            mark = self._mark(task_id, summary)
+        self.tell_watches(mark)
         if wakes_workers(summary, fence):
             self._waiters.signal()
         self._appended.signal(task_id)
@@ -103,7 +109,9 @@ class MemoryStore(WatchedStore):
                 raise UnknownTaskError(task_id)
             lease = acquired(self._leases.get(task_id), task_id, owner, now=now, lease_s=lease_s)
             self._leases[task_id] = lease
-            return lease
+            mark = self._mark(task_id, self._summaries[task_id])
+        self.tell_watches(mark)
+        return lease
 
     async def claim(
         self, owner: str, *, now: datetime, lease_s: float, limit: int
@@ -125,7 +133,10 @@ class MemoryStore(WatchedStore):
                 )
                 self._leases[task_id] = lease
                 taken.append(lease)
-            return tuple(taken)
+            marks = [self._mark(lease.task_id, self._summaries[lease.task_id]) for lease in taken]
+        for mark in marks:
+            self.tell_watches(mark)
+        return tuple(taken)
 
     async def renew_lease(self, lease: Lease, *, now: datetime, lease_s: float) -> Lease:
         """Extend the lease while it is the task's current one."""
@@ -217,15 +228,17 @@ class MemoryStore(WatchedStore):
     async def marks(self, task_ids: Sequence[str]) -> tuple[TaskMark, ...]:
         """The phase and lease of each of ``task_ids`` that exists."""
         with self._lock:
-            marks = []
-            for task_id in task_ids:
-                summary = self._summaries.get(task_id)
-                if summary is None:
-                    continue
-                lease = self._leases.get(task_id)
-                owner, epoch = (lease.owner, lease.epoch) if lease is not None else (None, None)
-                marks.append(TaskMark(task_id, summary.phase, owner, epoch))
-            return tuple(marks)
+            return tuple(
+                self._mark(task_id, summary)
+                for task_id in task_ids
+                if (summary := self._summaries.get(task_id)) is not None
+            )
+
+    def _mark(self, task_id: str, summary: TaskSummary) -> TaskMark:
+        """The task's phase and lease (under the lock)."""
+        lease = self._leases.get(task_id)
+        owner, epoch = (lease.owner, lease.epoch) if lease is not None else (None, None)
+        return TaskMark(task_id, summary.phase, owner, epoch)
 
     async def save_episode(self, episode: Episode, *, supports: Collection[str] = ()) -> None:
         """Keep an episode once, with the lessons it supports (see ``LessonStore``)."""
