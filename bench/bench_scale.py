@@ -30,6 +30,11 @@ of which LangGraph + `AsyncSqliteSaver`, by far the slowest case, runs in the fi
 (at least three runs per case, five for every case a target bears on). The table gives each
 case's medians. Targets (issue 14): in memory at most 20x raw asyncio and at most 12 KiB
 per task; on SQLite at most 80x raw asyncio.
+
+`--sweep` measures instead how the cost per task moves with the number of tasks alive at once:
+raw asyncio, the async user agent and LangGraph at 1,000, 10,000 and 50,000 tasks (five rounds,
+each run a fresh process), with the time CPython's cyclic garbage collector took of each run
+(issue 27: 50,000 tasks in at most 5.5x the time of 10,000).
 """
 
 from __future__ import annotations
@@ -124,6 +129,12 @@ class Sizes:
 FULL = Sizes(tasks=TASKS, runs=5, slow_runs=3, cap_s=120.0)
 QUICK = Sizes(tasks=1_000, runs=1, slow_runs=1, cap_s=60.0)
 
+# --sweep: how the cost per task moves with the number of tasks alive at once (issue 27).
+SWEEP = (1_000, 10_000, 50_000)
+SWEEP_QUICK = (100, 300, 1_000)
+SWEEP_CASES = ("asyncio", "agent-async", "langgraph")
+SWEEP_GROWTH_TARGET = 5.5  # issue 27: 50,000 tasks in at most 5.5x the time of 10,000
+
 
 # -- one run, in its own process ------------------------------------------------------------
 
@@ -194,18 +205,42 @@ def _langgraph(graph: Any, thread_ids: bool) -> Callable[[int], Awaitable[int]]:
     return run
 
 
+class _Collector:
+    """How long CPython's cyclic garbage collector ran, and its full collections (a callback)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        self.seconds += time.perf_counter() - self._started
+        self.full += info["generation"] == 2
+
+
 async def _timed(run: Callable[[int], Awaitable[int]], tasks: int) -> dict[str, float]:
-    """One warm-up task (imports, caches), then `tasks` at once: time, successes, memory."""
+    """One warm-up task (imports, caches), then `tasks` at once: time, successes, memory, and
+    the time of it the garbage collector took."""
     await run(1)
     before = _peak_rss_kib()
-    start = time.perf_counter()
-    ok = await run(tasks)
-    elapsed = time.perf_counter() - start
+    collector = _Collector()
+    gc.callbacks.append(collector)
+    try:
+        start = time.perf_counter()
+        ok = await run(tasks)
+        elapsed = time.perf_counter() - start
+    finally:
+        gc.callbacks.remove(collector)
     after = _peak_rss_kib()
     return {
         "tasks": tasks,
         "ok": ok,
         "seconds": elapsed,
+        "gc_seconds": collector.seconds,
+        "gc_full": collector.full,
         "rss_before_mib": before / 1024,
         "rss_peak_mib": after / 1024,
         "kib_per_task": (after - before) / tasks,
@@ -294,6 +329,90 @@ def bench(sizes: Sizes) -> tuple[dict[str, _Runs], list[str]]:
     return measured, notes
 
 
+def sweep(sizes: Sizes, counts: Sequence[int]) -> dict[tuple[str, int], list[dict[str, float]]]:
+    """Raw asyncio, the async user agent and LangGraph at each of ``counts`` tasks at once.
+
+    Rounds as in :func:`bench`: every case and count once a round, each run a fresh process,
+    the order reversed every other round.
+    """
+    runs: dict[tuple[str, int], list[dict[str, float]]] = {}
+    plan = [(case, count) for count in counts for case in SWEEP_CASES]
+    for number in range(sizes.runs):
+        for case, count in plan if number % 2 == 0 else reversed(plan):
+            progress(f"  round {number + 1} of {sizes.runs}: {case}, {count} tasks ...")
+            run = _subprocess(case, count, None)
+            assert run is not None  # no case of the sweep is capped
+            progress(f"    {run['seconds']:.2f} s, {run['kib_per_task']:.1f} KiB per task")
+            runs.setdefault((case, count), []).append(run)
+    return runs
+
+
+def _growth_line(rows: dict[tuple[str, int], dict[str, float]], counts: Sequence[int]) -> str:
+    """How the async agent's wall time grows from the second-largest count to the largest."""
+    if len(counts) < 2:
+        return ""
+    previous, last = counts[-2], counts[-1]
+    small, large = rows.get(("agent-async", previous)), rows.get(("agent-async", last))
+    if small is None or large is None:
+        return ""
+    growth = large["seconds"] / small["seconds"]
+    verdict = (
+        f"issue 27: at most {SWEEP_GROWTH_TARGET}x: {met(growth <= SWEEP_GROWTH_TARGET)}"
+        if (previous, last) == SWEEP[-2:]
+        else f"issue 27's target of {SWEEP_GROWTH_TARGET}x is for 50,000 ÷ 10,000"
+    )
+    return f"pev `Agent`, {last} tasks ÷ {previous}, wall time: {growth:.2f}x ({verdict})"
+
+
+def sweep_report(
+    runs: dict[tuple[str, int], list[dict[str, float]]], sizes: Sizes, command: str
+) -> str:
+    """The sweep as a Markdown table: time and memory per task at each count, and ratios."""
+    rows = {key: _median(value) for key, value in runs.items()}
+    counts = sorted({count for _, count in rows})
+    lines = [
+        (
+            f"{machine_line()}; medians of {sizes.runs} runs per case and count, each in a fresh "
+            f"process, one a round. Command: {command}."
+        ),
+        "",
+        (
+            "| case | tasks at once | wall time, s | of it in the garbage collector, s "
+            "(full collections) | µs per task | ÷ raw asyncio | ÷ LangGraph "
+            "| memory per task, KiB | µs per task ÷ at the count before |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for case in SWEEP_CASES:
+        before: float | None = None
+        for count in counts:
+            r = rows.get((case, count))
+            if r is None:
+                continue
+            raw, graph = rows.get(("asyncio", count)), rows.get(("langgraph", count))
+            to_raw = (
+                "—" if case == "asyncio" or raw is None else f"{r['seconds'] / raw['seconds']:.0f}x"
+            )
+            to_graph = (
+                "—"
+                if case != "agent-async" or graph is None
+                else f"{r['seconds'] / graph['seconds']:.2f}x"
+            )
+            per_task = r["seconds"] / count
+            growth = "—" if before is None else f"{per_task / before:.2f}x"
+            lines.append(
+                f"| {CASES[case].label} | {count} | {r['seconds']:.2f} "
+                f"| {r['gc_seconds']:.2f} ({r['gc_full']:.0f}) "
+                f"| {per_task * 1e6:.0f} | {to_raw} | {to_graph} "
+                f"| {r['kib_per_task']:.1f} | {growth} |"
+            )
+            before = per_task
+    growth_line = _growth_line(rows, counts)
+    if growth_line:
+        lines += ["", f"* {growth_line}"]
+    return "\n".join(lines)
+
+
 # -- report ---------------------------------------------------------------------------------
 
 
@@ -379,6 +498,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", choices=CASES, help="where the time of one case goes (cProfile), instead"
     )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help=(
+            "instead: raw asyncio, the async user agent and LangGraph at 1,000, 10,000 and "
+            "50,000 tasks at once (--quick: 100, 300 and 1,000)"
+        ),
+    )
     # A child process runs one case.
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)
     args = parse_bench_args(parser, argv)
@@ -391,9 +518,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.case:
         print(json.dumps(asyncio.run(_case(args.case, sizes.tasks))))
         return 0
+    command = command_text("bench_scale.py", sys.argv[1:] if argv is None else argv)
+    if args.sweep:
+        counts = SWEEP_QUICK if args.quick else SWEEP
+        progress(f"scale sweep: {len(SWEEP_CASES)} cases at {counts}, {sizes.runs} rounds ...")
+        body = sweep_report(sweep(sizes, counts), sizes, command)
+        print(body)
+        if args.write:
+            write_section(
+                args.write,
+                "scale-sweep",
+                body,
+                heading="## Scale: 1,000, 10,000 and 50,000 tasks at once",
+            )
+            progress(f"wrote {args.write}")
+        return 0
     progress(f"scale: {len(CASES)} cases x {sizes.runs} runs, {sizes.tasks} tasks at once ...")
     measured, notes = bench(sizes)
-    command = command_text("bench_scale.py", sys.argv[1:] if argv is None else argv)
     body = report(measured, notes, sizes, command)
     print(body)
     if args.write:

@@ -255,6 +255,40 @@ async def test_every_scale_case_finishes_its_tasks(case: str) -> None:
 
 
 @pytest.mark.usefixtures("bench")
+def test_the_scale_sweep_reports_cost_per_task_and_its_growth() -> None:
+    """The sweep's table: per-task time, its ratios at each count, and the judged growth."""
+    scale = _module("bench_scale")
+
+    def run(seconds: float, tasks: int) -> dict[str, float]:
+        return {
+            "tasks": tasks,
+            "ok": tasks,
+            "seconds": seconds,
+            "gc_seconds": seconds / 4,
+            "gc_full": 3,
+            "rss_before_mib": 40,
+            "rss_peak_mib": 80,
+            "kib_per_task": 20.0,
+        }
+
+    runs = {
+        ("asyncio", 10_000): [run(0.2, 10_000)],
+        ("asyncio", 50_000): [run(1.0, 50_000)],
+        ("agent-async", 10_000): [run(10.0, 10_000), run(12.0, 10_000), run(11.0, 10_000)],
+        ("agent-async", 50_000): [run(66.0, 50_000)],
+        ("langgraph", 10_000): [run(22.0, 10_000)],
+        ("langgraph", 50_000): [run(110.0, 50_000)],
+    }
+    text = scale.sweep_report(runs, scale.FULL, "`test`")
+    agent = scale.CASES["agent-async"].label
+    # The median of three runs (11 s): 1,100 µs a task, 55x raw asyncio, 0.50x LangGraph.
+    assert f"| {agent} | 10000 | 11.00 | 2.75 (3) | 1100 | 55x | 0.50x | 20.0 | — |" in text
+    # 50,000 tasks: 1,320 µs a task, 1.20x the cost per task at 10,000, 6.00x its wall time.
+    assert f"| {agent} | 50000 | 66.00 | 16.50 (3) | 1320 | 66x | 0.60x | 20.0 | 1.20x |" in text
+    assert "50000 tasks ÷ 10000, wall time: 6.00x (issue 27: at most 5.5x: **not met**)" in text
+
+
+@pytest.mark.usefixtures("bench")
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
 def test_the_store_append_workload_runs_beside_its_raw_commit(store: str) -> None:
     """A few appends per store: pev's ledger verifies, and each baseline commits its rows."""
