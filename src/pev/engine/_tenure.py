@@ -17,14 +17,13 @@ host name) or another boot is never judged from here (docs/workers.md).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from pev.errors import LeaseLost, PevError
 from pev.ledger import DriverStarted, Lease, Ledger, utc_now
 
 __all__ = [
+    "Heartbeat",
     "Tenure",
     "cancel_requested",
     "driver_started",
@@ -166,6 +166,11 @@ class Tenure:
         self.lost = False
 
     @property
+    def task_id(self) -> str:
+        """The task whose lease this is."""
+        return self._task_id
+
+    @property
     def lease(self) -> Lease:
         """The lease held now (the fence of every write)."""
         if self._lease is None:
@@ -185,33 +190,17 @@ class Tenure:
             )
         return driver_started(self._lease)
 
-    @contextlib.asynccontextmanager
-    async def heartbeat(self, on_lost: Callable[[], object]) -> AsyncIterator[None]:
-        """While the block runs, renew the lease every third of ``lease_s`` (see :meth:`beat`).
+    def heartbeat(self, on_lost: Callable[[], object]) -> Heartbeat:
+        """While the block it opens runs, renew the lease every third of ``lease_s``.
 
         The first renewal waits on a timer of the event loop; the renewals run as a task from
-        then on. A drive that ends before its first renewal is due (most do, at a default lease
-        of 30 s) never starts one: it costs one timer, no task to cancel and wait for.
+        then on (:meth:`beat`). A drive that ends before its first renewal is due (most do, at
+        a default lease of 30 s) never starts one: it costs one timer, no task to cancel and
+        wait for.
         """
-        loop = asyncio.get_running_loop()
-        beating: asyncio.Task[None] | None = None
+        return Heartbeat(self, on_lost)
 
-        def begin() -> None:
-            nonlocal beating
-            beating = loop.create_task(
-                self.beat(on_lost, first_s=0.0), name=f"pev-lease-{self._task_id}"
-            )
-
-        timer = loop.call_later(self._first_beat_s(), begin)
-        try:
-            yield
-        finally:
-            timer.cancel()
-            if beating is not None:
-                beating.cancel()
-                await asyncio.wait((beating,))
-
-    def _first_beat_s(self) -> float:
+    def first_beat_s(self) -> float:
         """When the first renewal is due: after a third of ``lease_s``.
 
         After a third of what is left of a lease held since before the drive, if it runs out
@@ -231,7 +220,7 @@ class Tenure:
         lease is lost only when another driver has taken it (then this driver's writes are
         refused too).
         """
-        wait = self._first_beat_s() if first_s is None else first_s
+        wait = self.first_beat_s() if first_s is None else first_s
         while not cancel_requested():
             await asyncio.sleep(wait)
             wait = self._lease_s / 3
@@ -269,3 +258,37 @@ class Tenure:
         """The error a drive that lost its lease ends with."""
         lease = self.lease
         return LeaseLost(self._task_id, owner=lease.owner, epoch=lease.epoch)
+
+
+class Heartbeat:
+    """The heartbeat of a :class:`Tenure` while its block runs (see :meth:`Tenure.heartbeat`).
+
+    One small object for the whole drive, since a process may drive many thousands at once.
+    """
+
+    __slots__ = ("_beating", "_on_lost", "_tenure", "_timer")
+
+    def __init__(self, tenure: Tenure, on_lost: Callable[[], object]) -> None:
+        self._tenure = tenure
+        self._on_lost = on_lost
+        self._timer: asyncio.TimerHandle | None = None
+        self._beating: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> None:
+        tenure = self._tenure
+        self._timer = asyncio.get_running_loop().call_later(tenure.first_beat_s(), self._begin)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        beating = self._beating
+        if beating is not None:
+            beating.cancel()
+            await asyncio.wait((beating,))
+
+    def _begin(self) -> None:
+        """The first renewal is due: beat from now on, in a task."""
+        tenure = self._tenure
+        self._beating = asyncio.get_running_loop().create_task(
+            tenure.beat(self._on_lost, first_s=0.0), name=f"pev-lease-{tenure.task_id}"
+        )
