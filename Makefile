@@ -77,6 +77,7 @@ bench: $(BENCH_STAMP)  ## Kernel, ledger, engine, LangGraph, fault-suite and sca
 	$(BIN)/python bench/bench_agents.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_faults.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_scale.py --write docs/benchmarks.md
+	$(BIN)/python bench/bench_scale.py --sweep --write docs/benchmarks.md
 	$(BIN)/python bench/bench_workers.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_store_faults.py --write docs/benchmarks.md
 	$(BIN)/python bench/bench_ray.py --write docs/benchmarks.md
