@@ -33,6 +33,7 @@ import functools
 import gc
 import json
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,15 @@ from typing import Any
 
 import pev
 from _common import label, run_rounds
-from _report import bench_parser, machine_line, met, parse_bench_args, progress, write_section
+from _report import (
+    bench_parser,
+    command_text,
+    machine_line,
+    met,
+    parse_bench_args,
+    progress,
+    write_section,
+)
 from _user_agents import ONE_NODE, async_agent, graph_of_steps, raw_steps, shape_of, sync_agent
 
 NODES = 100
@@ -303,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{machine_line()}; medians of {sizes.rounds} rounds (per round and shape: "
             f"{sizes.raw_runs} raw asyncio runs, {sizes.pev_runs} pev runs of each kind, "
             f"{sizes.graph_runs} LangGraph runs; {sizes.task_runs} one-node tasks of each kind, "
-            f"{sizes.task_runs * 10} raw). Command: `make bench` "
-            "(`python bench/bench_agents.py --write docs/benchmarks.md`); "
+            f"{sizes.task_runs * 10} raw). Command: "
+            f"{command_text('bench_agents.py', sys.argv[1:] if argv is None else argv)}; "
             "`make bench-check` compares a short run with the ratios below."
             f"\n\n{text}\n\n{_RATIOS_MARK}{_recorded(ratios(samples))} -->"
         )

@@ -221,15 +221,13 @@ async def test_a_callers_cancel_is_not_turned_into_lease_lost(
     beat = _tenure.Tenure.beat
     run: asyncio.Task[pev.engine.RunResult] | None = None
 
-    async def beat_and_cancel(
-        self: _tenure.Tenure, on_lost: Callable[[], object], *, first_s: float | None = None
-    ) -> None:
+    async def beat_and_cancel(self: _tenure.Tenure, on_lost: Callable[[], object]) -> None:
         def both() -> None:
             on_lost()
             assert run is not None
             run.cancel()  # the caller's own cancel, in the same turn of the loop
 
-        await beat(self, both, first_s=first_s)
+        await beat(self, both)
 
     monkeypatch.setattr(_tenure.Tenure, "beat", beat_and_cancel)
     run = card.paying(store, lease_s=0.3)

@@ -193,10 +193,10 @@ class Tenure:
     def heartbeat(self, on_lost: Callable[[], object]) -> Heartbeat:
         """While the block it opens runs, renew the lease every third of ``lease_s``.
 
-        The first renewal waits on a timer of the event loop; the renewals run as a task from
-        then on (:meth:`beat`). A drive that ends before its first renewal is due (most do, at
-        a default lease of 30 s) never starts one: it costs one timer, no task to cancel and
-        wait for.
+        The first renewal waits on a timer of the event loop (:meth:`first_beat_s`); the
+        renewals run as a task from then on (:meth:`beat`). A drive that ends before its first
+        renewal is due (most do, at a default lease of 30 s) never starts one: it costs one
+        timer, no task to cancel and wait for.
         """
         return Heartbeat(self, on_lost)
 
@@ -212,18 +212,15 @@ class Tenure:
             wait = max(0.0, min(wait, left / 3))
         return wait
 
-    async def beat(self, on_lost: Callable[[], object], *, first_s: float | None = None) -> None:
-        """Renew the lease every third of ``lease_s`` until cancelled; ``on_lost`` if taken over.
+    async def beat(self, on_lost: Callable[[], object]) -> None:
+        """Renew the lease now, then every third of ``lease_s`` until cancelled.
 
-        The first renewal comes after ``first_s`` (by default, when :meth:`heartbeat` would
-        make it). A store that fails to answer is logged and tried again at the next beat: the
-        lease is lost only when another driver has taken it (then this driver's writes are
-        refused too).
+        Started by :meth:`heartbeat` when the first renewal is due. ``on_lost`` is called if
+        the lease was taken over. A store that fails to answer is logged and tried again at the
+        next beat: the lease is lost only when another driver has taken it (then this driver's
+        writes are refused too).
         """
-        wait = self.first_beat_s() if first_s is None else first_s
         while not cancel_requested():
-            await asyncio.sleep(wait)
-            wait = self._lease_s / 3
             try:
                 self._lease = await self._ledger.renew(self.lease, lease_s=self._lease_s)
             except LeaseLost:
@@ -231,6 +228,7 @@ class Tenure:
                 return
             except PevError:
                 log_failure(log, "pev: task %s: renewing the lease failed", self._task_id)
+            await asyncio.sleep(self._lease_s / 3)
 
     def taken_over(self, on_lost: Callable[[], object]) -> None:
         """Note that another driver took the task over and call ``on_lost``, once."""
@@ -275,8 +273,9 @@ class Heartbeat:
         self._beating: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> None:
-        tenure = self._tenure
-        self._timer = asyncio.get_running_loop().call_later(tenure.first_beat_s(), self._begin)
+        self._timer = asyncio.get_running_loop().call_later(
+            self._tenure.first_beat_s(), self._begin
+        )
 
     async def __aexit__(self, *exc_info: object) -> None:
         if self._timer is not None:
@@ -290,5 +289,5 @@ class Heartbeat:
         """The first renewal is due: beat from now on, in a task."""
         tenure = self._tenure
         self._beating = asyncio.get_running_loop().create_task(
-            tenure.beat(self._on_lost, first_s=0.0), name=f"pev-lease-{tenure.task_id}"
+            tenure.beat(self._on_lost), name=f"pev-lease-{tenure.task_id}"
         )

@@ -226,9 +226,8 @@ class SQLiteDatabase:
                 uri=self._uri is not None,
             )
         except sqlite3.Error as exc:
-            if self._uri is not None and not os.path.exists(
-                self._location
-            ):  # a link to nothing too
+            # A read-only opening of a path with no file (a link to nothing too) names no ledger.
+            if self._uri is not None and not os.path.exists(self._location):
                 raise _no_ledger(self._location) from exc
             raise StoreError(
                 f"cannot open the ledger {self._location} ({os_reason(self._location) or exc}); "
