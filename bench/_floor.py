@@ -20,14 +20,21 @@ def raw_commit_floor(path: Path, entries: Sequence[LedgerEntry]) -> float:
 
 
 def raw_transactions(
-    path: Path, transactions: Sequence[Sequence[LedgerEntry]], *, bare_commits: int = 0
+    path: Path,
+    transactions: Sequence[Sequence[LedgerEntry]],
+    *,
+    bare_commits: int = 0,
+    cpu_s: float = 0.0,
 ) -> tuple[float, WalCount | None]:
     """Seconds raw sqlite3 takes to commit the entries' rows, one transaction per group.
 
     A fresh file at `path` with pev's pragmas (WAL, `synchronous=FULL`) and a table of the event
     rows' columns; each group is `BEGIN IMMEDIATE`, its rows' `INSERT`s and `COMMIT`. Then
     `bare_commits` more transactions of one short row each, in a table of their own: the floor
-    of the commits a run makes without an event (a lease taken, say).
+    of the commits a run makes without an event (a lease taken, say). With `cpu_s`, each
+    transaction comes after that long of busy CPU work, as a run's do (a chain node's work lies
+    between two commits), and the seconds are the transactions' alone: on some disks a commit
+    takes longer when the CPU did something else since the last one.
 
     Returns:
         The seconds, and what the commits wrote to the write-ahead log (`None` if it was
@@ -52,19 +59,31 @@ def raw_transactions(
     ]  # fmt: skip
     conn.execute("CREATE TABLE marks (n INTEGER PRIMARY KEY, at TEXT NOT NULL)")
     before = wal_count(path)
-    start = time.perf_counter()
+    elapsed = 0.0
     for rows in groups:
+        start = _busy(cpu_s)
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         conn.execute("COMMIT")
+        elapsed += time.perf_counter() - start
     for n in range(bare_commits):
+        start = _busy(cpu_s)
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("INSERT INTO marks VALUES (?, ?)", (n, groups[0][0][2]))
         conn.execute("COMMIT")
-    elapsed = time.perf_counter() - start
+        elapsed += time.perf_counter() - start
     written = wal_count(path).since(before)  # before the close, which empties the log
     conn.close()
     return elapsed, written
+
+
+def _busy(seconds: float) -> float:
+    """Keep the CPU busy for `seconds` (none when 0); the clock when it stops."""
+    now = time.perf_counter()
+    until = now + seconds
+    while now < until:
+        now = time.perf_counter()
+    return now
 
 
 def appends(entries: Sequence[LedgerEntry]) -> list[list[LedgerEntry]]:

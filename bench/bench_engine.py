@@ -91,7 +91,10 @@ from pev.ledger import (
 from pev.model import ExecutionRecord
 
 NODES = 100
-SQLITE_TARGET = 1.1  # issue 14: the SQLite chain at most 1.1x one raw durable commit per node
+SQLITE_TARGET = 1.2  # issue 27: the SQLite chain at most 1.2x the floor per node
+# The CPU work before each of the floor's second set of commits: about what pev does between two
+# commits of the chain (its µs per node less one commit).
+CPU_GAP_S = 0.0003
 SHAPES = shapes(NODES)
 LABELS = {case: label(case, shape) for case, shape in SHAPES.items()}
 PLANS = {case: plan_of(case, shape) for case, shape in SHAPES.items()}
@@ -147,6 +150,7 @@ class _SQLiteSamples:
     seconds: list[float] = field(default_factory=list)
     floor: list[float] = field(default_factory=list)
     floor_wal: list[WalCount | None] = field(default_factory=list)
+    after_cpu: list[float] = field(default_factory=list)  # s per raw commit after CPU_GAP_S
     runs: list[_SQLiteRun] = field(default_factory=list)
 
 
@@ -159,8 +163,12 @@ async def _sqlite_round(
             run = floor_of = await _sqlite_run(case, pev_file)
         else:  # the floor first, with the rows of the case's run before (same plan, same commits)
             floor_of = last[case]
+        transactions = appends(floor_of.entries)
         floor, floor_wal = raw_transactions(
-            raw_file, appends(floor_of.entries), bare_commits=floor_of.bare_commits
+            raw_file, transactions, bare_commits=floor_of.bare_commits
+        )
+        after_cpu, _ = raw_transactions(
+            folder / f"{case}-raw-cpu.db", transactions, cpu_s=CPU_GAP_S
         )
         if not round_ % 2:
             run = await _sqlite_run(case, pev_file)
@@ -168,6 +176,7 @@ async def _sqlite_round(
         into.seconds.append(run.seconds)
         into.floor.append(floor)
         into.floor_wal.append(floor_wal)
+        into.after_cpu.append(after_cpu / len(transactions))
         into.runs.append(run)
 
 
@@ -192,10 +201,11 @@ def _sqlite_table(samples: dict[str, _SQLiteSamples]) -> str:
     lines = [
         (
             "| on SQLite | events / appends / commits | pev + SQLiteStore, µs/node | floor: raw "
-            "sqlite3 committing the same transactions, µs/node | one raw commit, µs | pages a "
-            "commit, pev / floor | pev ÷ floor | per-round ratios | target |"
+            "sqlite3 committing the same transactions, µs/node | one raw commit, µs | one raw "
+            f"commit after {CPU_GAP_S * 1e3:g} ms of CPU work, µs | pages a commit, pev / floor "
+            "| pev ÷ floor | per-round ratios | target |"
         ),
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case, s in samples.items():
         pev_us, floor_us = median(s.seconds) / NODES * 1e6, median(s.floor) / NODES * 1e6
@@ -210,6 +220,7 @@ def _sqlite_table(samples: dict[str, _SQLiteSamples]) -> str:
         lines.append(
             f"| {LABELS[case]} | {len(run.entries)} / {len(appends(run.entries))} / {commits} "
             f"| {pev_us:.0f} | {floor_us:.0f} | {commit_us * 1e6:.0f} "
+            f"| {median(s.after_cpu) * 1e6:.0f} "
             f"| {_pages([r.wal for r in s.runs])} / {_pages(s.floor_wal)} | {ratio:.2f}x "
             f"| {min(ratios):.2f} to {max(ratios):.2f}x | {target} |"
         )
@@ -219,39 +230,16 @@ def _sqlite_table(samples: dict[str, _SQLiteSamples]) -> str:
 # -- the primitives' floor ------------------------------------------------------------------
 
 
-class _PlainRecord:
-    """`ExecutionRecord`'s fields in a plain class with slots: no freezing, no dataclass."""
-
-    __slots__ = tuple(f.name for f in dataclasses.fields(ExecutionRecord))
-
-    def __init__(
-        self,
-        *,
-        id: object,  # noqa: A002 - the record's own field name
-        task_id: object,
-        revision: object,
-        node_id: object,
-        tool: object,
-        args_digest: object,
-        effect: object,
-        idempotency_key: object,
-        status: object,
-        created_at: object,
-        updated_at: object,
-        error: object,
-    ) -> None:
-        self.id = id
-        self.task_id = task_id
-        self.revision = revision
-        self.node_id = node_id
-        self.tool = tool
-        self.args_digest = args_digest
-        self.effect = effect
-        self.idempotency_key = idempotency_key
-        self.status = status
-        self.created_at = created_at
-        self.updated_at = updated_at
-        self.error = error
+# `ExecutionRecord`'s fields in a plain class with slots, no freezing: its `__init__` assigns
+# each field directly, as a hand-written one would (made from the record's own fields, so that
+# a field added to the record is here too).
+_RECORD_FIELDS = len(dataclasses.fields(ExecutionRecord))
+_PlainRecord = dataclasses.make_dataclass(
+    "_PlainRecord",
+    [f.name for f in dataclasses.fields(ExecutionRecord)],
+    slots=True,
+    kw_only=True,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,7 +416,10 @@ def _dissection_text(d: _Dissection, profile_runs: int) -> str:
             "| one task switch: `await create_task(noop())` (raw asyncio per chain node) "
             f"| {d.switch_us:.2f} |"
         ),
-        f"| an `ExecutionRecord` built (frozen dataclass, slots, 12 fields) | {p.frozen_us:.2f} |",
+        (
+            f"| an `ExecutionRecord` built (frozen dataclass, slots, {_RECORD_FIELDS} fields) "
+            f"| {p.frozen_us:.2f} |"
+        ),
         f"| the same fields in a plain class with slots | {p.plain_us:.2f} |",
         "",
         (
