@@ -24,6 +24,8 @@ from pev.stores import SQLiteStore
 from pev.testing import FunctionExecutor, ScriptedPlanner
 
 AGENT = """
+from pydantic import BaseModel
+
 import pev
 from pev.model import Plan, PlanNode, Verdict
 
@@ -74,6 +76,18 @@ def blame_post(request):
 NUMBER = 7
 
 forecaster = pev.Agent(planner, tools=[forecast, publish], verifier=verifier)
+
+
+class Trip(BaseModel):
+    city: str
+    days: int = 1
+
+
+def sky(outputs) -> str:
+    return outputs["look"]["sky"]
+
+
+traveller = pev.Agent(planner, tools=[forecast, publish], input_type=Trip, output=sky)
 """
 
 CONTRACT = """
@@ -485,6 +499,36 @@ def test_a_task_file_names_an_agent_whole(workdir: Path) -> None:
     # The task file's folder is recorded too when it left sys.path (the engine's import roots).
     assert recorded.pop(IMPORT_ROOTS_KEY, str(workdir)) == str(workdir)
     assert recorded == {"agent": "agent:forecaster"}
+
+
+def test_a_task_files_input_is_checked_against_its_agents_input_type(workdir: Path) -> None:
+    """A typed agent's input that does not fit is one line naming the field, and nothing runs;
+    one that fits is recorded as the type's JSON."""
+    components = '[components]\nagent = "agent:traveller"\n'
+    bad = _task_file(workdir, f'input = {{ days = "three" }}\n{components}', "bad.toml")
+    code, out = _pev(workdir, "run", "-q", str(bad))
+    assert code == 2, out
+    assert out.count("\n") == 1, out
+    assert "input: does not fit the agent's input type Trip: city: Field required;" in out
+    assert "days: Input should be a valid integer" in out
+    assert "write it as a table of that type's fields" in out
+    assert not (workdir / "ledger.db").exists() or _task_ids(workdir) == []
+    good = _task_file(workdir, f'input = {{ city = "Lisbon" }}\n{components}', "good.toml")
+    code, out = _pev(workdir, "run", "-q", "--task-id", "trip-1", str(good))
+    assert code == 0, out
+
+    async def recorded() -> tuple[object, object]:
+        store = SQLiteStore(workdir / "ledger.db")
+        try:
+            state = await Ledger(store).state("trip-1")
+            assert state.finished is not None
+            return state.created.input, state.finished.output
+        finally:
+            await store.close()
+
+    task_input, output = asyncio.run(recorded())
+    assert dict(task_input) == {"city": "Lisbon", "days": 1}  # type: ignore[call-overload]
+    assert output == "sunny"
 
 
 def test_a_task_file_names_its_store_and_the_command_line_overrides_it(

@@ -1,8 +1,9 @@
 """The public entry points are typed with the protocols: mypy --strict helps their users.
 
-One mypy run checks two small user programs: one that uses the API correctly must be clean, and
-one that passes a wrong component (a verifier where the planner goes, a number as a tool) must
-be refused on exactly those lines.
+One mypy run checks two small user programs: one that uses the API correctly must be clean (a
+typed agent, ``pev.Agent[Order, Receipt]``, among them), and one that passes a wrong component (a
+verifier where the planner goes, a number as a tool, an input type its planner does not take) or
+misuses a typed output must be refused on exactly those lines.
 """
 
 from __future__ import annotations
@@ -14,10 +15,16 @@ from pathlib import Path
 
 GOOD = '''
 import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pydantic import BaseModel
 
 import pev
 from pev.engine import NodeContext, PlanRequest, VerifyRequest
-from pev.model import NodeResult, Plan, PlanNode, Success, Verdict, VerificationContract
+from pev.model import (
+    JsonValue, NodeResult, Plan, PlanNode, Success, Verdict, VerificationContract
+)
 
 
 @pev.tool(effect="query")
@@ -57,12 +64,61 @@ async def main(store: pev.Store) -> bool:
 
 
 asyncio.run(main(pev.MemoryStore()))
+
+
+# A typed agent: pev.Agent[Order, Receipt], as docs/engine.md ("Typed agents") writes one.
+class Order(BaseModel):
+    sku: str
+    qty: int = 1
+
+
+@dataclass(frozen=True)
+class Receipt:
+    total: int
+
+
+@pev.tool(effect="query")
+def price(sku: str, qty: int) -> int:
+    """The price of qty items of sku."""
+    return 3 * qty
+
+
+def order_planner(request: PlanRequest[Order]) -> Plan:
+    order: Order = request.input
+    args: dict[str, JsonValue] = {"sku": order.sku, "qty": order.qty}
+    return Plan("price", (PlanNode("n1", "price it", tool="price", args=args),))
+
+
+def order_verifier(request: VerifyRequest[Order]) -> Verdict:
+    return Verdict.judge(request.input.qty > 0, request.contract)
+
+
+def receipt(outputs: Mapping[str, JsonValue]) -> Receipt:
+    total = outputs["n1"]
+    return Receipt(total if isinstance(total, int) else 0)
+
+
+shop = pev.Agent(
+    order_planner, tools=[price], verifier=order_verifier, input_type=Order, output=receipt
+)
+
+
+async def buy(store: pev.Store) -> int:
+    result = await pev.run(Order(sku="apple"), agent=shop, store=store)
+    later = await pev.start({"sku": "pear"}, agent=shop, store=store).result()
+    again = pev.run_sync(Order(sku="apple"), agent=shop)
+    resumed = await pev.resume(result.task_id, store=store, agent=shop)
+    return sum(r.output.total for r in (result, later, again, resumed) if r.output is not None)
 '''
 
 BAD = """
+from collections.abc import Mapping
+
+from pydantic import BaseModel
+
 import pev
 from pev.engine import PlanRequest, VerifyRequest
-from pev.model import Plan, Verdict
+from pev.model import JsonValue, Plan, Verdict
 
 
 def planner(request: PlanRequest) -> Plan:
@@ -76,6 +132,28 @@ def verifier(request: VerifyRequest) -> Verdict:
 wrong_role = pev.Agent(verifier, tools=[])  # WRONG: a verifier where the planner goes
 wrong_verifier = pev.run_sync("x", planner=planner, tools=[], verifier=planner)  # WRONG
 wrong_tool = pev.Agent(planner, tools=[42])  # WRONG: a number is not a tool
+
+
+class Order(BaseModel):
+    sku: str
+
+
+def order_planner(request: PlanRequest[Order]) -> Plan:
+    raise NotImplementedError
+
+
+def count(outputs: Mapping[str, JsonValue]) -> int:
+    raise NotImplementedError
+
+
+wrong_input = pev.Agent(order_planner, tools=[], input_type=int)  # WRONG: not what it plans for
+shop = pev.Agent(order_planner, tools=[], input_type=Order, output=count)
+
+
+async def receipt_text() -> str:
+    result = await pev.run(Order(sku="apple"), agent=shop)
+    assert result.output is not None
+    return result.output  # WRONG: the output is an int
 """
 
 
@@ -106,4 +184,5 @@ def test_mypy_accepts_correct_use_and_refuses_wrong_components(tmp_path: Path) -
     assert not [line for line in errors if line.startswith("good.py")], done.stdout
     wrong_lines = {int(line.split(":")[1]) for line in errors if line.startswith("bad.py")}
     assert wrong_lines == wrong, done.stdout
-    assert all("[arg-type]" in line or "[list-item]" in line for line in errors), done.stdout
+    codes = ("[arg-type]", "[list-item]", "[return-value]")
+    assert all(any(code in line for code in codes) for line in errors), done.stdout

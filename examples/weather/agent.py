@@ -3,6 +3,10 @@
 Everything here runs offline and is deterministic: the tools read small built-in tables, the
 planner is scripted (no LLM), and the verifier is plain code that checks the published text
 against the forecast the tools returned, citing the execution records it read.
+
+``weather`` is the whole agent, typed (docs/engine.md, "Typed agents"): its input is a
+:class:`Place` and its output the :class:`Bulletin` it published. The parts work untyped too
+(the task file names them one by one, with ``input = { city = "Lisbon" }``).
 """
 
 from __future__ import annotations
@@ -11,11 +15,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 import pev
 from pev.engine import PlanRequest, VerifyRequest
 from pev.model import (
     DeviceFailure,
     Effect,
+    JsonValue,
     Plan,
     PlanNode,
     Verdict,
@@ -31,6 +38,20 @@ IS_PUBLISHED = "the report is published"
 CONTRACT = VerificationContract(
     VerificationMode.RECOVERY, GOAL, (NAMES_THE_CITY, GIVES_THE_HIGH, IS_PUBLISHED)
 )
+
+
+class Place(BaseModel):
+    """What the task asks about: a city."""
+
+    city: str
+
+
+class Bulletin(BaseModel):
+    """What the task publishes: the text, on its channel."""
+
+    channel: str
+    text: str
+
 
 # The offline world: a tiny gazetteer and tomorrow's forecast at each of its places.
 _PLACES = {
@@ -73,7 +94,7 @@ def publish(city: str, tomorrow: dict[str, Any]) -> dict[str, Any]:
     return {"channel": f"weather/{city.lower()}", "text": text}
 
 
-def planner(request: PlanRequest) -> Plan:
+def planner(request: PlanRequest[Place | JsonValue]) -> Plan:
     """Plan geocode → forecast → publish for the city in the input, wiring data with ``$ref``.
 
     The plan does not depend on the kind of request: this agent has nothing to learn from a
@@ -105,7 +126,7 @@ def planner(request: PlanRequest) -> Plan:
     )
 
 
-def verifier(request: VerifyRequest) -> Verdict:
+def verifier(request: VerifyRequest[Place | JsonValue]) -> Verdict:
     """Check the published bulletin against the place and the forecast the tools returned.
 
     The verifier finds nodes by the tool they call, so it checks any plan built from these
@@ -140,7 +161,7 @@ def verifier(request: VerifyRequest) -> Verdict:
     return _verdict(request, checks, failed=failed, feedback="; ".join(problems))
 
 
-def _what_happened(request: VerifyRequest, node_id: str) -> str:
+def _what_happened(request: VerifyRequest[object], node_id: str) -> str:
     """Why a node has no output: its failure, or that it never ran."""
     result = request.results.get(node_id)
     if isinstance(result, DeviceFailure):
@@ -150,15 +171,22 @@ def _what_happened(request: VerifyRequest, node_id: str) -> str:
     return f"{node_id} did not run"
 
 
+def bulletin(outputs: Mapping[str, JsonValue]) -> Bulletin:
+    """The task's output: the bulletin the ``report`` node published."""
+    return Bulletin.model_validate(outputs["report"])
+
+
 def _city(value: object) -> str:
-    """The city the task asks about: the input itself, or its ``city`` entry."""
+    """The city the task asks about: a :class:`Place`, the input itself, or its ``city`` entry."""
+    if isinstance(value, Place):
+        return value.city
     city = value.get("city") if isinstance(value, Mapping) else value
     if not isinstance(city, str) or not city.strip():
         raise ValueError(f"the input names no city: {value!r} (try {{city = 'Lisbon'}})")
     return city.strip()
 
 
-def _output(request: VerifyRequest, tool: str) -> tuple[Any, str | None, str | None]:
+def _output(request: VerifyRequest[object], tool: str) -> tuple[Any, str | None, str | None]:
     """The output, node id and ``record:<id>`` of the plan's node calling ``tool``.
 
     The output is ``None`` when the node did not succeed; the record is its latest succeeded one.
@@ -175,7 +203,7 @@ def _refs(*refs: str | None) -> tuple[str, ...]:
 
 
 def _verdict(
-    request: VerifyRequest,
+    request: VerifyRequest[object],
     checks: Mapping[str, tuple[bool, tuple[str, ...]]],
     *,
     failed: set[str],
@@ -188,3 +216,16 @@ def _verdict(
         failed_nodes=failed & set(request.plan.node_ids),
         feedback=feedback,
     )
+
+
+weather = pev.Agent(
+    planner,
+    tools=[geocode, forecast, publish],
+    verifier=verifier,
+    contract=CONTRACT,
+    policy=pev.RecoveryPolicy(max_replans=2),
+    input_type=Place,
+    output=bulletin,
+)
+"""The whole agent, typed: ``pev.run_sync(Place(city="Oslo"), agent=weather).output`` is the
+:class:`Bulletin` it published."""

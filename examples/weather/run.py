@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -22,19 +21,10 @@ import pev
 def main(city: str = "Lisbon") -> int:
     """Run the task in memory, print what it did, and return the exit code."""
     store = pev.MemoryStore()
-    result = pev.run_sync(
-        {"city": city},
-        planner=agent.planner,
-        tools=[agent.geocode, agent.forecast, agent.publish],
-        verifier=agent.verifier,
-        contract=agent.CONTRACT,
-        policy=pev.RecoveryPolicy(max_replans=2),
-        store=store,
-    )
+    result = pev.run_sync(agent.Place(city=city), agent=agent.weather, store=store)
     print(f"status: {result.status} ({result.reason}) after {result.revisions} revision(s)")
-    report = result.outputs.get("report")
-    if isinstance(report, Mapping):
-        print(f"published on {report['channel']}: {report['text']}")
+    if result.output is not None:  # the Bulletin the agent published
+        print(f"published on {result.output.channel}: {result.output.text}")
     state = asyncio.run(pev.Ledger(store).state(result.task_id))
     verdict = state.verdicts[-1].verdict if state.verdicts else None
     if verdict is not None:

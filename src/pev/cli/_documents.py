@@ -83,6 +83,7 @@ def task_document(state: TaskState, lease: Lease | None, now: datetime) -> dict[
         "revisions": [_revision(state, revision) for revision in state.revisions],
         "rejections": [codec.encode(rejected) for rejected in state.rejections],
         "outputs": {} if finished is None else codec.encode(finished.outputs),
+        "output": None if finished is None else codec.encode(finished.output),
         "cancel_reason": state.cancel_reason,
         "effects": [_effect(effect) for effect in state.effects.values()],
         "start_failures": [

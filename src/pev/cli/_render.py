@@ -373,6 +373,10 @@ def _ending(state: TaskState) -> RenderableType:
         Text(f"  output {node}: {canonical_json(value)}")
         for node, value in finished.outputs.items()
     )
+    if finished.output is not None:  # the agent's own output (docs/engine.md, "Typed agents")
+        parts.append(
+            Text.assemble(("  the task's output: ", "bold"), canonical_json(finished.output))
+        )
     return Group(*parts)
 
 

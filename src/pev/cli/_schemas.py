@@ -291,6 +291,7 @@ JSON_SCHEMAS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
                 revisions=_array(_REVISION),
                 rejections=_array(_ENCODED),
                 outputs={"type": "object"},
+                output=_ANY,
                 cancel_reason=_MAYBE_TEXT,
                 effects=_array(_EFFECT),
                 start_failures=_array(_START_FAILED),

@@ -197,6 +197,14 @@ def _load(path: Path) -> TaskFile:
     # With MCP servers the agent is built once they are open; the parts are checked now.
     agent = None if servers else _agent(parts, contract)
     base = agent if agent is not None else named if isinstance(named, Agent) else None
+    if base is not None and base.input_type is not None:
+        try:
+            task_input = base.types.recorded_input(task_input)
+        except UsageError as exc:
+            said = str(exc).removeprefix("the task's input ").split("; pass a value")[0]
+            raise TaskFileError(
+                "input", f"{said}; write it as a table of that type's fields"
+            ) from None
     return TaskFile(
         path=path,
         input=task_input,

@@ -17,10 +17,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 from pev.engine._protocols import (
     Executor,
+    InputT_contra,
     NodeContext,
     Observation,
     ObserveContext,
@@ -31,6 +32,7 @@ from pev.engine._protocols import (
 )
 from pev.engine._tool_executor import Resources
 from pev.engine._tools import Tool, ToolRegistry
+from pev.engine._typed import AgentTypes, In, Out, OutputLike
 from pev.errors import ComponentError, ContractError
 from pev.model import (
     Evidence,
@@ -60,21 +62,22 @@ T = TypeVar("T")
 
 
 @runtime_checkable
-class SyncPlanner(Protocol):
+class SyncPlanner(Protocol[InputT_contra]):
     """A planner whose ``plan`` is a plain method (pev runs it in a thread)."""
 
-    def plan(self, request: PlanRequest) -> Plan | None:
+    def plan(self, request: PlanRequest[InputT_contra]) -> Plan | None:
         """Return a plan; for a local replan, ``None`` declines."""
         ...
 
 
 PlannerLike: TypeAlias = (
-    Planner
-    | SyncPlanner
-    | Callable[[PlanRequest], Awaitable[Plan | None]]
-    | Callable[[PlanRequest], Plan | None]
+    Planner[In]
+    | SyncPlanner[In]
+    | Callable[[PlanRequest[In]], Awaitable[Plan | None]]
+    | Callable[[PlanRequest[In]], Plan | None]
 )
-"""A planner: an object with an async or sync ``plan(request)``, or such a function."""
+"""A planner: an object with an async or sync ``plan(request)``, or such a function
+(``PlannerLike[Order]`` takes ``PlanRequest[Order]``)."""
 
 VerifierReply: TypeAlias = Verdict | str | Mapping[str, Any]
 """What a verifier may return: a :class:`~pev.model.Verdict`, or its JSON text or mapping (an
@@ -82,30 +85,31 @@ LLM judge's raw reply); the engine classifies it, and anything else is ``malform
 
 
 @runtime_checkable
-class ReplyingVerifier(Protocol):
+class ReplyingVerifier(Protocol[InputT_contra]):
     """A verifier whose async ``verify`` returns a verdict or its JSON (text or mapping)."""
 
-    async def verify(self, request: VerifyRequest) -> VerifierReply:
+    async def verify(self, request: VerifyRequest[InputT_contra]) -> VerifierReply:
         """Judge the round."""
         ...
 
 
 @runtime_checkable
-class SyncVerifier(Protocol):
+class SyncVerifier(Protocol[InputT_contra]):
     """A verifier whose ``verify`` is a plain method (pev runs it in a thread)."""
 
-    def verify(self, request: VerifyRequest) -> VerifierReply:
+    def verify(self, request: VerifyRequest[InputT_contra]) -> VerifierReply:
         """Judge the round."""
         ...
 
 
 VerifierLike: TypeAlias = (
-    ReplyingVerifier
-    | SyncVerifier
-    | Callable[[VerifyRequest], Awaitable[VerifierReply]]
-    | Callable[[VerifyRequest], VerifierReply]
+    ReplyingVerifier[In]
+    | SyncVerifier[In]
+    | Callable[[VerifyRequest[In]], Awaitable[VerifierReply]]
+    | Callable[[VerifyRequest[In]], VerifierReply]
 )
-"""A verifier: an object with an async or sync ``verify(request)``, or such a function."""
+"""A verifier: an object with an async or sync ``verify(request)``, or such a function
+(``VerifierLike[Order]`` takes ``VerifyRequest[Order]``)."""
 
 
 @runtime_checkable
@@ -175,8 +179,13 @@ METHOD_OF_ROLE: Mapping[str, str] = {
 
 
 @dataclass(frozen=True, slots=True, init=False)
-class Agent:
+class Agent(Generic[In, Out]):
     """One frozen, typed definition of an agent: what plans, acts, checks and observes.
+
+    ``pev.Agent[In, Out]`` is typed end to end (docs/engine.md, "Typed agents"): with
+    ``input_type=``, the input is validated where a task is made (``run``, ``start``,
+    ``submit``, task files) and the planner and verifier get a typed ``request.input``; with
+    ``output=``, a succeeded task's ``RunResult.output`` is a typed value, recorded as JSON.
 
     Args:
         planner: Makes plans (an object with ``plan(request)``, or such a function).
@@ -195,10 +204,18 @@ class Agent:
             the same device the same :class:`~pev.engine.Resources`.
         defined_in: The module in which the agent's module-level name is looked up, to record
             its import path; by default the module whose code calls ``Agent(...)``.
+        input_type: The type of the task's input (a pydantic model, a dataclass, a TypedDict,
+            a JSON type): the input is validated as it and recorded as its JSON, and
+            ``request.input`` is one. By default any JSON value, unchecked.
+        output: What a succeeded task gives back as ``RunResult.output``: a function of the
+            succeeded nodes' outputs (node id → value; its return annotation, if any, is
+            checked), or the id of the node whose output it is. By default none.
 
     Raises:
         ComponentError: No planner, neither or both of tools and executor, tools that are not
-            functions (or share a name), or a part that has neither its method nor is callable.
+            functions (or share a name), a part that has neither its method nor is callable,
+            an input type pydantic cannot validate, or an output that is neither a function
+            nor a node id.
         ContractError: A contract whose mode needs a verifier, or evidence an observer must
             capture, without one.
 
@@ -208,8 +225,8 @@ class Agent:
         result = await pev.run("a table for two", agent=booking)
     """
 
-    planner: PlannerLike
-    verifier: VerifierLike | None
+    planner: PlannerLike[In]
+    verifier: VerifierLike[In] | None
     tools: ToolRegistry
     executor: ExecutorLike | None
     observer: ObserverLike | None
@@ -219,14 +236,18 @@ class Agent:
     resources: Resources = field(repr=False, compare=False)
     # The module whose code built the agent, where its module-level name (if any) is looked for.
     defined_in: str | None = field(default=None, repr=False, compare=False)
+    input_type: type[In] | None = None
+    output: OutputLike[Out] | None = None
+    # The checks of the input type and the output (pev.engine._typed).
+    types: AgentTypes = field(init=False, repr=False, compare=False)
     # What the engine derives from the agent once and keeps (its import paths): see `derived`.
     _derived: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __init__(
         self,
-        planner: PlannerLike,
+        planner: PlannerLike[In],
         *,
-        verifier: VerifierLike | None = None,
+        verifier: VerifierLike[In] | None = None,
         tools: ToolsLike = (),
         executor: ExecutorLike | None = None,
         observer: ObserverLike | None = None,
@@ -235,6 +256,8 @@ class Agent:
         rails: Iterable[RailLike] = (),
         resources: Resources | None = None,
         defined_in: str | None = None,
+        input_type: type[In] | None = None,
+        output: OutputLike[Out] | None = None,
     ) -> None:
         registry = _registry(tools)
         if planner is None:
@@ -255,6 +278,7 @@ class Agent:
         if contract is not None:
             check_contract(contract, has_observer=observer is not None)
             check_verifier(contract, verifier)
+        types = AgentTypes.of(input_type, output)
         if defined_in is None:
             # The caller's module, read from its frame as the standard library's enum does.
             defined_in = sys._getframe(1).f_globals.get("__name__")
@@ -269,6 +293,9 @@ class Agent:
             ("rails", tuple(rails)),
             ("resources", resources if resources is not None else Resources()),
             ("defined_in", defined_in),
+            ("input_type", input_type),
+            ("output", output),
+            ("types", types),
             ("_derived", {}),
         ):
             object.__setattr__(self, name, value)

@@ -9,7 +9,9 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
+
+from typing_extensions import Unpack
 
 from pev._json import value_problem
 from pev._logs import log_failure
@@ -33,6 +35,7 @@ from pev.engine._driver import Driver
 from pev.engine._result import RunResult
 from pev.engine._tenure import driver_started, free_if_owner_gone, new_owner
 from pev.engine._trust import check_chain
+from pev.engine._typed import In, Out
 from pev.errors import ComponentError, LeaseHeld, StateError, StoreError, UsageError
 from pev.experience import LessonBook
 from pev.ledger import Lease, Ledger, Store, TaskState, acquired, new_task_id, utc_now
@@ -70,7 +73,7 @@ def default_contract(input: JsonValue, verifier: VerifierLike | None) -> Verific
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Launch:
+class Launch(Generic[Out]):
     """A new task, checked and named, to write and drive (what ``run`` and ``start`` share).
 
     Attributes:
@@ -90,7 +93,7 @@ class Launch:
     experience: LessonBook | None
     written: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def drive(self) -> RunResult:
+    async def drive(self) -> RunResult[Out]:
         """Write the task under its driver's lease, drive it to its end, record it.
 
         Raises:
@@ -136,9 +139,9 @@ class Launch:
 
 
 def launch(
-    input: JsonValue,  # noqa: A002 - the name users know for what the task is asked to do
+    input: In | JsonValue,  # noqa: A002 - the name users know for what the task is asked to do
     *,
-    agent: Agent | None = None,
+    agent: Agent[In, Out] | None = None,
     planner: PlannerLike | None = None,
     verifier: VerifierLike | None = None,
     tools: ToolsLike | None = None,
@@ -152,7 +155,7 @@ def launch(
     clock: Callable[[], datetime] | None = None,
     lessons: Iterable[str] = (),
     experience: LessonBook | None = None,
-) -> Launch:
+) -> Launch[Out]:
     """Check a new task and name it, writing nothing yet (``run`` and ``start``).
 
     Takes the arguments of :func:`run`, and raises what it raises before anything is written.
@@ -168,7 +171,7 @@ def launch(
     return Launch(
         task_id=TaskId(task_id) if task_id is not None else new_task_id(),
         store=store or MemoryStore(),
-        input=input,
+        input=task.input,
         task=task,
         components=build_components(task.agent, policy=task.policy),
         rails=tuple(rails),
@@ -178,10 +181,10 @@ def launch(
     )
 
 
-def _driven(launching: Callable[P, Launch]) -> Callable[P, Coroutine[Any, Any, RunResult]]:
+def _driven(launching: Callable[..., Launch[Any]]) -> Callable[..., Coroutine[Any, Any, Any]]:
     """An entry point that launches a task with ``launching`` and drives it to its end."""
 
-    async def run(*args: P.args, **kwargs: P.kwargs) -> RunResult:
+    async def run(*args: Any, **kwargs: Any) -> RunResult[Any]:
         return await launching(*args, **kwargs).drive()
 
     return presented(run, "run", RUN_DOC, parameters_of=launching, returns="RunResult")
@@ -250,21 +253,62 @@ Raises:
     AssertionError: A verifier's or planner's programming error, in every mode.
 """
 
-run = _driven(launch)
+
+class LaunchOptions(TypedDict, total=False):
+    """The keywords ``run``, ``run_sync`` and ``start`` take besides ``input`` and ``agent``.
+
+    What :func:`launch` takes, for the entry points' types (a test keeps the two the same).
+    """
+
+    planner: PlannerLike | None
+    verifier: VerifierLike | None
+    tools: ToolsLike | None
+    executor: ExecutorLike | None
+    contract: VerificationContract | None
+    policy: RecoveryPolicy | None
+    observer: ObserverLike | None
+    store: Store | None
+    rails: Iterable[RailLike]
+    task_id: str | None
+    clock: Callable[[], datetime] | None
+    lessons: Iterable[str]
+    experience: LessonBook | None
+
+
+if TYPE_CHECKING:
+    # What mypy and editors see: typed by the agent, ``pev.Agent[In, Out]`` giving a
+    # ``RunResult[Out]``. At run time, the same function made around ``launch``, which shows
+    # every parameter to ``help()`` and ``inspect``.
+
+    async def run(
+        input: In | JsonValue,  # noqa: A002
+        *,
+        agent: Agent[In, Out] | None = None,
+        **options: Unpack[LaunchOptions],
+    ) -> RunResult[Out]:
+        """See RUN_DOC."""
+        ...
+
+else:
+    run = _driven(launch)
 
 
 @dataclass(frozen=True, slots=True)
 class NewTask:
-    """What a new task runs with: its agent, contract and policy, checked against each other."""
+    """What a new task runs with: its agent, contract, policy and input, checked together.
 
-    agent: Agent
+    The input is as the ledger records it: checked against the agent's input type, as its JSON.
+    """
+
+    agent: Agent[Any, Any]
     contract: VerificationContract
     policy: RecoveryPolicy
+    input: JsonValue
 
 
 def new_task_of(
-    input: JsonValue,  # noqa: A002
-    agent: Agent | None,
+    input: object,  # noqa: A002
+    agent: Agent[Any, Any] | None,
     parts: Mapping[str, Any],
     *,
     contract: VerificationContract | None,
@@ -278,22 +322,26 @@ def new_task_of(
     Raises:
         ComponentError: An agent and parts of one, or no planner.
         ContractError: The contract cannot be honoured by this agent.
-        UsageError: The input is not a JSON value the ledger can record within the policy's
-            value limits.
+        UsageError: The input does not fit the agent's input type, or is not a JSON value the
+            ledger can record within the policy's value limits.
     """
     agent = _agent_of(agent, parts)
     policy = policy or agent.policy or RecoveryPolicy()
+    input = agent.types.recorded_input(input)  # noqa: A001 - as the ledger records it
     problem = value_problem(input, policy.value_limits, path="input")
     if problem is not None:
         raise UsageError(f"the task's input cannot be recorded: {problem}")
     contract = contract or agent.contract or default_contract(input, agent.verifier)
     check_contract(contract, has_observer=agent.observer is not None)
     check_verifier(contract, agent.verifier)
-    return NewTask(agent, contract, policy)
+    return NewTask(agent, contract, policy, input)
 
 
 def _agent_of(
-    agent: Agent | None, parts: Mapping[str, Any], *, recorded: Mapping[str, str] | None = None
+    agent: Agent[Any, Any] | None,
+    parts: Mapping[str, Any],
+    *,
+    recorded: Mapping[str, str] | None = None,
 ) -> Agent:
     """The agent given, else one of the parts given as keywords (never both).
 
@@ -367,12 +415,12 @@ async def learn_from(experience: LessonBook | None, state: TaskState) -> None:
 
 
 def _blocking(
-    coroutine_function: Callable[P, Coroutine[Any, Any, RunResult]], *, name: str, doc: str
-) -> Callable[P, RunResult]:
+    coroutine_function: Callable[P, Coroutine[Any, Any, RunResult[Any]]], *, name: str, doc: str
+) -> Callable[P, RunResult[Any]]:
     """A synchronous facade of an async entry point, typed with the same parameters."""
 
     @functools.wraps(coroutine_function)
-    def call(*args: P.args, **kwargs: P.kwargs) -> RunResult:
+    def call(*args: P.args, **kwargs: P.kwargs) -> RunResult[Any]:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -391,7 +439,7 @@ async def resume(
     task_id: str,
     *,
     store: Store,
-    agent: Agent | None = None,
+    agent: Agent[Any, Out] | None = None,
     planner: PlannerLike | None = None,
     verifier: VerifierLike | None = None,
     tools: ToolsLike | None = None,
@@ -401,7 +449,7 @@ async def resume(
     clock: Callable[[], datetime] | None = None,
     lessons: Iterable[str] = (),
     experience: LessonBook | None = None,
-) -> RunResult:
+) -> RunResult[Out]:
     """Continue a task from its ledger after a crash (see docs/engine.md, "Crash and resume").
 
     The agent is the one given, else the one rebuilt from the import paths recorded when the
@@ -433,7 +481,7 @@ async def resume(
     await ledger.expire_overdue()
     state = await ledger.state(task_id)
     if state.terminal:
-        return await _ended(state, experience)
+        return await _ended(state, experience, agent)
     await free_if_owner_gone(ledger, await store.lease(state.task_id), now=clock())
     use_import_roots(state.created.components)
     parts = {
@@ -443,11 +491,10 @@ async def resume(
         "executor": executor,
         "observer": observer,
     }
-    agent = _agent_of(agent, parts, recorded=state.created.components)
     driver = await driver_for(
         ledger,
         state,
-        agent,
+        _agent_of(agent, parts, recorded=state.created.components),
         rails=rails,
         clock=clock,
         lessons=lessons,
@@ -462,22 +509,25 @@ async def resume(
         now = await ledger.state(state.task_id)
         if not now.terminal:
             raise
-        return await _ended(now, experience)
+        return await _ended(now, experience, agent)
     await learn_from(experience, driver.state)
     return result
 
 
-async def _ended(state: TaskState, experience: LessonBook | None) -> RunResult:
-    """An ended task's result, as resume returns it unchanged."""
+async def _ended(
+    state: TaskState, experience: LessonBook | None, agent: Agent[Any, Any] | None
+) -> RunResult[Any]:
+    """An ended task's result, as resume returns it unchanged (its output typed by ``agent``)."""
     # Recorded again (a no-op when it was): a crash may have come between end and record.
     await learn_from(experience, state)
-    return RunResult.from_state(state)
+    result = RunResult.from_state(state)
+    return result if agent is None else result.typed(agent.types)
 
 
 async def driver_for(
     ledger: Ledger,
     state: TaskState,
-    agent: Agent,
+    agent: Agent[Any, Any],
     *,
     rails: Iterable[RailLike],
     clock: Callable[[], datetime],
@@ -529,13 +579,25 @@ async def cancel(task_id: str, *, store: Store, reason: str = "") -> TaskState:
     return await Ledger(store).cancel(task_id, reason=reason)
 
 
-run_sync = _blocking(
-    run,
-    name="run_sync",
-    doc="""\
+if TYPE_CHECKING:
+
+    def run_sync(
+        input: In | JsonValue,  # noqa: A002
+        *,
+        agent: Agent[In, Out] | None = None,
+        **options: Unpack[LaunchOptions],
+    ) -> RunResult[Out]:
+        """See the runtime definition below."""
+        ...
+
+else:
+    run_sync = _blocking(
+        run,
+        name="run_sync",
+        doc="""\
 :func:`run` for synchronous callers (same arguments, same result).
 
 Raises:
     UsageError: Called inside a running event loop; use ``await pev.run(...)`` there.
 """,
-)
+    )

@@ -39,6 +39,7 @@ from pev.engine._agent import Agent
 from pev.engine._protocols import adapt
 from pev.engine._tool_executor import ToolExecutor
 from pev.engine._tools import Tool, tool
+from pev.engine._typed import UNTYPED, AgentTypes
 from pev.errors import ComponentError
 from pev.model import ToolSpec
 from pev.policy import RecoveryPolicy
@@ -82,6 +83,7 @@ class Components:
     tool_timeouts: Mapping[str, float]
     compensate: Callable[..., Awaitable[Any]] | None = None
     compensates: Callable[[str | None], bool] = lambda tool: False
+    types: AgentTypes = UNTYPED  # the agent's input type and output (pev.engine._typed)
 
 
 def build_components(agent: Agent, *, policy: RecoveryPolicy) -> Components:
@@ -121,6 +123,7 @@ def _build_components(agent: Agent, policy: RecoveryPolicy) -> Components:
         tool_timeouts=timeouts,
         compensate=adapt(executor, "compensate") if callable(compensate) else None,
         compensates=compensates,
+        types=agent.types,
     )
 
 

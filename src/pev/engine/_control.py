@@ -15,13 +15,17 @@ import contextlib
 import getpass
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from types import TracebackType
-from typing import Any, ParamSpec
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec
 
-from pev.engine._api import Launch, launch, presented
+from typing_extensions import Unpack
+
+from pev.engine._agent import Agent
+from pev.engine._api import Launch, LaunchOptions, launch, presented
 from pev.engine._result import RunResult
+from pev.engine._typed import In, Out
 from pev.errors import UsageError
 from pev.ledger import Ledger, Store, TaskState, follow
-from pev.model import TaskId
+from pev.model import JsonValue, TaskId
 from pev.rails import RailEvent, RailEvents
 
 __all__ = ["EventStream", "TaskHandle", "approve", "reject", "start", "watch"]
@@ -199,8 +203,11 @@ def watch(
     return EventStream(store, task_id, after=after, poll_s=poll_s)
 
 
-class TaskHandle:
+class TaskHandle(Generic[Out]):
     """One task, to follow and steer: its events, its result, cancel, approve and reject.
+
+    ``TaskHandle[Out]``: the handle of a task of a ``pev.Agent[In, Out]`` (its result's output
+    is an ``Out``).
 
     ``pev.start`` returns one for the task it starts (and drives in this process) at once, as
     the task is being written: ``await handle`` waits until it is, and every method waits for
@@ -222,7 +229,7 @@ class TaskHandle:
         task_id: str,
         *,
         store: Store,
-        _drive: asyncio.Task[RunResult] | None = None,
+        _drive: asyncio.Task[RunResult[Out]] | None = None,
         _written: asyncio.Event | None = None,
     ) -> None:
         self.task_id = TaskId(task_id)
@@ -238,10 +245,10 @@ class TaskHandle:
         if self._drive.done() and not self._drive.cancelled() and self._drive.exception():
             await self._drive  # raises why the task could not be written (or driven)
 
-    def __await__(self) -> Generator[Any, None, TaskHandle]:
+    def __await__(self) -> Generator[Any, None, TaskHandle[Out]]:
         """``await handle``: the handle, once ``pev.start`` has written its task."""
 
-        async def ready() -> TaskHandle:
+        async def ready() -> TaskHandle[Out]:
             await self._ready()
             return self
 
@@ -263,7 +270,7 @@ class TaskHandle:
         await self._ready()
         return await Ledger(self.store).state(self.task_id)
 
-    async def result(self) -> RunResult:
+    async def result(self) -> RunResult[Out]:
         """Wait for the task's end and return its result.
 
         Raises:
@@ -296,7 +303,7 @@ class TaskHandle:
         await self._ready()
         return await reject(self.task_id, reason, store=self.store, by=by, revision=revision)
 
-    async def __aenter__(self) -> TaskHandle:
+    async def __aenter__(self) -> TaskHandle[Out]:
         await self._ready()
         return self
 
@@ -315,10 +322,10 @@ class TaskHandle:
             await self.result()
 
 
-def _starting(launching: Callable[P, Launch]) -> Callable[P, TaskHandle]:
+def _starting(launching: Callable[..., Launch[Any]]) -> Callable[..., TaskHandle[Any]]:
     """An entry point that launches a task with ``launching`` in the background: its handle."""
 
-    def start(*args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+    def start(*args: Any, **kwargs: Any) -> TaskHandle[Any]:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -350,4 +357,16 @@ Raises:
     ContractError, ComponentError: As :func:`pev.run` does, before anything is written.
 """
 
-start = _starting(launch)
+if TYPE_CHECKING:
+
+    def start(
+        input: In | JsonValue,  # noqa: A002
+        *,
+        agent: Agent[In, Out] | None = None,
+        **options: Unpack[LaunchOptions],
+    ) -> TaskHandle[Out]:
+        """See START_DOC: what mypy and editors see (typed by the agent)."""
+        ...
+
+else:
+    start = _starting(launch)

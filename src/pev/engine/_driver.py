@@ -22,9 +22,11 @@ import functools
 import logging
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
+from pev._json import ValueLimits, value_problem
 from pev.engine._compensation import Compensations, left_in_place, not_undone
 from pev.engine._components import Components
 from pev.engine._deadline import Deadline
@@ -38,8 +40,10 @@ from pev.engine._round import Round
 from pev.engine._settle import Settler
 from pev.engine._tenure import Tenure, new_owner
 from pev.engine._threads import run_threads
+from pev.engine._typed import AgentTypes
 from pev.engine._verify_step import VerifyStep
 from pev.errors import ConflictError, LeaseHeld, StateError
+from pev.kernel import TaskStatus
 from pev.ledger import (
     DriverStarted,
     Event,
@@ -49,6 +53,7 @@ from pev.ledger import (
     RoundExecuted,
     Tail,
     TaskEffect,
+    TaskFinished,
     TaskPhase,
     TaskState,
     apply,
@@ -124,6 +129,10 @@ class Driver:
             clock=clock,
         )
         self._waits = waits
+        if components.types.typed:
+            # A recorded input the agent's input type no longer accepts stops the drive here,
+            # before it takes the lease: the planner would get what it cannot read.
+            components.types.typed_input(state.created.input)
         self.drain_signal = drain or asyncio.Event()
         self._outage = Outage(state.task_id, give_up=self.drain_signal)
         self._hold_on_error = hold_on_error
@@ -139,8 +148,15 @@ class Driver:
             tools=components.tools,
             lessons=lessons,
             compensates=components.compensates,
+            typed_input=components.types.typed_input,
         )
-        self._verifying = VerifyStep(host, components.verify, cancel=cancel, lessons=lessons)
+        self._verifying = VerifyStep(
+            host,
+            components.verify,
+            cancel=cancel,
+            lessons=lessons,
+            typed_input=components.types.typed_input,
+        )
         observe = components.observe
         self._observing = None if observe is None else ObserveStep(host, observe)
         self._settler = Settler(
@@ -157,7 +173,7 @@ class Driver:
 
     # -- the loop -------------------------------------------------------------------------
 
-    async def drive(self) -> RunResult:
+    async def drive(self) -> RunResult[Any]:
         """Take the task's lease, settle what a crash left unfinished, step until the task ends.
 
         Returns:
@@ -168,7 +184,7 @@ class Driver:
             LeaseLost: Another driver took the task over while this one drove it; this one
                 dispatched nothing more.
         """
-        return RunResult.from_state(await self.steps())
+        return RunResult.from_state(await self.steps()).typed(self._c.types)
 
     async def steps(self) -> TaskState:
         """:meth:`drive`, returning the task's state: ended, or as a drain left it.
@@ -374,9 +390,16 @@ class Driver:
     # -- writing --------------------------------------------------------------------------
 
     async def write(self, events: Sequence[Event]) -> TaskState:
-        """Append events in one transaction; writers of one task take turns."""
+        """Append events in one transaction; writers of one task take turns.
+
+        A succeeded ending gets the task's output, made by the agent's ``output=``.
+        """
         if not events:
             return self.state
+        types = self._c.types
+        if types.has_output:
+            limits = self.state.policy.value_limits
+            events = [_with_output(event, types, limits) for event in events]
         async with self._write_lock:
             return await self._append(list(events))
 
@@ -455,3 +478,21 @@ def _record_timeout(
 ) -> float | None:
     """How long the call behind a record could run: its tool's timeout, else the policy's."""
     return tool_timeouts.get(record.tool or "") or policy_s
+
+
+def _with_output(event: Event, types: AgentTypes, limits: ValueLimits) -> Event:
+    """A succeeded ending with the task's output made by the agent; any other event as it is.
+
+    An output that cannot be made (the function raised, its value does not fit its annotation
+    or the policy's value limits) leaves the task succeeded, without an output: its detail
+    says why.
+    """
+    if not isinstance(event, TaskFinished) or event.status is not TaskStatus.SUCCEEDED:
+        return event
+    output, problem = types.recorded_output(event.outputs)
+    if not problem and (too_big := value_problem(output, limits, path="output")) is not None:
+        output, problem = None, f"the agent's output cannot be recorded: {too_big}"
+    if problem:
+        log.warning("the task's output was not made: %s", problem)
+    detail = "; ".join(part for part in (event.detail, problem) if part)
+    return replace(event, output=output, detail=detail)

@@ -43,7 +43,7 @@ from pev.ledger import (
     finish,
     reject_plan,
 )
-from pev.model import Plan, ToolSpec
+from pev.model import JsonValue, Plan, ToolSpec
 from pev.model._exceptions import describe_exception
 
 __all__ = ["PlanStep"]
@@ -52,7 +52,7 @@ __all__ = ["PlanStep"]
 class PlanStep:
     """Plans the task's next revision, for whatever drives it (a :class:`TaskHost`)."""
 
-    __slots__ = ("_cancel", "_compensates", "_host", "_lessons", "_plan", "_tools")
+    __slots__ = ("_cancel", "_compensates", "_host", "_lessons", "_plan", "_tools", "_typed_input")
 
     def __init__(
         self,
@@ -63,6 +63,7 @@ class PlanStep:
         tools: Mapping[str, ToolSpec] | None,
         lessons: tuple[str, ...],
         compensates: Callable[[str | None], bool] = lambda tool: False,
+        typed_input: Callable[[JsonValue], Any] = lambda recorded: recorded,
     ) -> None:
         self._host = host
         self._plan = plan
@@ -70,13 +71,16 @@ class PlanStep:
         self._tools = tools
         self._lessons = lessons
         self._compensates = compensates
+        self._typed_input = typed_input
 
     async def run(self) -> None:
         """Call the planner once and write what came of it."""
         host = self._host
         state = host.state
         kind = state.planning or RevisionKind.INITIAL
-        request = plan_request(state, tools=self._tools, lessons=self._lessons)
+        request = plan_request(
+            state, tools=self._tools, lessons=self._lessons, typed_input=self._typed_input
+        )
         replan_left = Deadline(state.replan_deadline, host.deadline.clock).remaining_s()
         remaining = host.deadline.remaining_s()
         call = GuardedCall()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
+from typing import Any
 
 from pev.engine._compensation import compensation_problems
 from pev.engine._effects import effect_problems, effective_effect
@@ -24,6 +25,7 @@ from pev.ledger import (
 )
 from pev.model import (
     Effect,
+    JsonValue,
     Plan,
     PlanNode,
     ToolSpec,
@@ -57,8 +59,13 @@ def plan_request(
     *,
     tools: Mapping[str, ToolSpec] | None,
     lessons: tuple[str, ...] = (),
-) -> PlanRequest:
-    """The request for the planner call the task is waiting for."""
+    typed_input: Callable[[JsonValue], Any] = lambda recorded: recorded,
+) -> PlanRequest[Any]:
+    """The request for the planner call the task is waiting for.
+
+    ``typed_input`` turns the recorded input into the agent's input type (docs/engine.md,
+    "Typed agents"); by default the planner gets the JSON itself.
+    """
     kind = state.planning or RevisionKind.INITIAL
     action = state.replan_action
     last = state.verdicts[-1].verdict if state.verdicts else None
@@ -73,7 +80,7 @@ def plan_request(
         kind=kind,
         attempt=state.planner_calls,
         task_id=state.task_id,
-        input=state.created.input,
+        input=typed_input(state.created.input),
         contract=state.contract,
         tools=tuple(tools.values()) if tools else (),
         lessons=lessons,

@@ -18,7 +18,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+from typing_extensions import TypeVar as DefaultedTypeVar
 
 from pev.engine._threads import current_pool, sync_call
 from pev.ledger import RevisionKind, TaskEffect, Usage
@@ -56,6 +58,12 @@ __all__ = [
 
 T = TypeVar("T")
 
+# The task's input type as a request carries it (``PlanRequest[Order]``), and as a planner or
+# verifier takes it: any JSON value unless the agent has an ``input_type`` (docs/engine.md,
+# "Typed agents").
+InputT_co = DefaultedTypeVar("InputT_co", covariant=True, default=JsonValue)
+InputT_contra = DefaultedTypeVar("InputT_contra", contravariant=True, default=JsonValue)
+
 
 def _frozen_map() -> Mapping[str, Any]:
     return MappingProxyType({})
@@ -66,14 +74,17 @@ def _no_reconciled() -> Mapping[RecordId, NodeResult]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PlanRequest:
+class PlanRequest(Generic[InputT_co]):
     """Everything a planner is told (docs/design.md §4).
+
+    ``PlanRequest[Order]`` is the request of an agent whose ``input_type`` is ``Order``: its
+    ``input`` is an ``Order``. A bare ``PlanRequest`` carries any JSON value.
 
     Attributes:
         kind: ``initial``, ``local`` (replace ``redo_nodes``, same ids) or ``global``.
         attempt: Which planner call of the task this is (1 for the first).
         task_id: The task.
-        input: What the task was asked to do.
+        input: What the task was asked to do: the agent's input type, or JSON.
         contract: The verification contract.
         tools: The tool catalogue: names, signatures, effects.
         lessons: Lessons from earlier tasks, as advice.
@@ -98,7 +109,7 @@ class PlanRequest:
     kind: RevisionKind
     attempt: int
     task_id: TaskId
-    input: JsonValue
+    input: InputT_co
     contract: VerificationContract
     tools: tuple[ToolSpec, ...] = ()
     lessons: tuple[str, ...] = ()
@@ -186,10 +197,10 @@ def merged_usage(reports: list[Usage]) -> Usage | None:
 
 
 @runtime_checkable
-class Planner(Protocol):
+class Planner(Protocol[InputT_contra]):
     """Makes plans: the initial one, and replacements after a replan decision."""
 
-    async def plan(self, request: PlanRequest) -> Plan | None:
+    async def plan(self, request: PlanRequest[InputT_contra]) -> Plan | None:
         """Return a plan; for a local replan, ``None`` declines (feedback is appended instead)."""
         ...
 
@@ -204,12 +215,14 @@ class Executor(Protocol):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class VerifyRequest:
+class VerifyRequest(Generic[InputT_co]):
     """Everything a verifier sees (lessons are advice, never evidence).
+
+    ``VerifyRequest[Order]``: as :class:`PlanRequest`, ``input`` is the agent's input type.
 
     Attributes:
         task_id: The task.
-        input: What the task was asked to do.
+        input: What the task was asked to do: the agent's input type, or JSON.
         contract: The verification contract (answer each criterion once, verbatim).
         plan: The plan that ran.
         revision: Its revision number.
@@ -223,7 +236,7 @@ class VerifyRequest:
     """
 
     task_id: TaskId
-    input: JsonValue
+    input: InputT_co
     contract: VerificationContract
     plan: Plan
     revision: int
@@ -260,10 +273,10 @@ class VerifyRequest:
 
 
 @runtime_checkable
-class Verifier(Protocol):
+class Verifier(Protocol[InputT_contra]):
     """Checks a round against the contract; the engine decides how far to trust the answer."""
 
-    async def verify(self, request: VerifyRequest) -> Verdict:
+    async def verify(self, request: VerifyRequest[InputT_contra]) -> Verdict:
         """Return a verdict (anything else is classified ``malformed``)."""
         ...
 

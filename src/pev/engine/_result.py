@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Any, Generic, cast
 
+from pev.engine._typed import AgentTypes, Out
 from pev.kernel import Diagnosis, TaskStatus, TerminalReason
 from pev.ledger import TaskEffect, TaskState, lineage_records, lineage_results
 from pev.model import DeviceFailure, JsonValue, NodeResult, Success, TaskId, VerifierFailure
@@ -14,8 +16,11 @@ __all__ = ["RunResult"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunResult:
+class RunResult(Generic[Out]):
     """The outcome of a task. A partial or failed run never looks like a success.
+
+    ``RunResult[Out]`` is the result of a ``pev.Agent[In, Out]``: its ``output`` is the agent's
+    output type.
 
     Attributes:
         task_id: The task's id (read its ledger with ``pev show``).
@@ -28,11 +33,16 @@ class RunResult:
         detail: Why it ended, in words: the diagnosis or valve detail behind the reason, then
             each failed node of the final plan with its error (``n2 (book_room): KeyError:
             'room' at tools.py:12 in book_room``), and for an untrustworthy verdict, what was
-            wrong with it; ``; `` between them. Empty for a success.
+            wrong with it; ``; `` between them. Empty for a success, unless its agent could
+            not make the task's output: then it says why.
         effects: What the task did to the world: each action that took effect, or may have
             (``unknown``), or that a reconciliation settled, in the order they came about, with
             the revision that superseded it and its compensation, where one did (docs/engine.md,
             "Effects happen once"). Effects superseded and left in place are listed too.
+        output: A succeeded task's output, made by its agent's ``output=`` (docs/engine.md,
+            "Typed agents"), as the output function's return type; ``None`` for a task that
+            did not succeed, an agent without ``output=``, or an output that could not be made
+            (``detail`` says why). Read back without the agent, it is the recorded JSON.
     """
 
     task_id: TaskId
@@ -44,6 +54,7 @@ class RunResult:
     revisions: int = 0
     detail: str = ""
     effects: tuple[TaskEffect, ...] = ()
+    output: Out | None = None
 
     @property
     def ok(self) -> bool:
@@ -51,8 +62,8 @@ class RunResult:
         return self.status is TaskStatus.SUCCEEDED
 
     @classmethod
-    def from_state(cls, state: TaskState) -> RunResult:
-        """The result of a task that has ended, from its folded ledger.
+    def from_state(cls, state: TaskState) -> RunResult[Any]:
+        """The result of a task that has ended, from its folded ledger (its output as JSON).
 
         Raises:
             ValueError: The task has not ended.
@@ -70,7 +81,7 @@ class RunResult:
         verdicts = [recorded.verdict for recorded in state.verdicts if recorded.verdict]
         if verdicts:
             failed |= set(verdicts[-1].failed_nodes)
-        return cls(
+        return RunResult(
             task_id=state.task_id,
             status=finished.status,
             reason=finished.reason,
@@ -80,7 +91,18 @@ class RunResult:
             revisions=len(state.revisions),
             detail=_detail(state, finished.detail, failed, results),
             effects=tuple(state.effects.values()),
+            output=finished.output,
         )
+
+    def typed(self, types: AgentTypes) -> RunResult[Any]:
+        """This result with its output as the agent's output type (see :meth:`from_state`).
+
+        Raises:
+            UsageError: The recorded output no longer fits the agent's output type.
+        """
+        if self.output is None or not types.has_output:
+            return self
+        return replace(self, output=types.typed_output(cast("JsonValue", self.output)))
 
 
 def _detail(

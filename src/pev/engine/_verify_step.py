@@ -35,7 +35,14 @@ from pev.ledger import (
     lineage_results,
     missing_evidence,
 )
-from pev.model import Reliability, Verdict, VerificationMode, classify_verdict, passes
+from pev.model import (
+    JsonValue,
+    Reliability,
+    Verdict,
+    VerificationMode,
+    classify_verdict,
+    passes,
+)
 from pev.model._assess import VerdictCheck, raw_digest
 
 __all__ = ["VerifyStep"]
@@ -44,7 +51,7 @@ __all__ = ["VerifyStep"]
 class VerifyStep:
     """Verifies the current revision's round, for whatever drives it (a :class:`TaskHost`)."""
 
-    __slots__ = ("_cancel", "_host", "_lessons", "_verify")
+    __slots__ = ("_cancel", "_host", "_lessons", "_typed_input", "_verify")
 
     def __init__(
         self,
@@ -53,11 +60,13 @@ class VerifyStep:
         *,
         cancel: asyncio.Event,
         lessons: tuple[str, ...],
+        typed_input: Callable[[JsonValue], Any] = lambda recorded: recorded,
     ) -> None:
         self._host = host
         self._verify = verify
         self._cancel = cancel
         self._lessons = lessons
+        self._typed_input = typed_input  # the agent's input type, from the recorded JSON
 
     async def run(self) -> None:
         """Verify, diagnose and decide; write it all at once (nothing if time ran out)."""
@@ -120,7 +129,7 @@ class VerifyStep:
         revision = current(state)
         request = VerifyRequest(
             task_id=state.task_id,
-            input=state.created.input,
+            input=self._typed_input(state.created.input),
             contract=state.contract,
             plan=revision.plan,
             revision=revision.number,

@@ -37,6 +37,7 @@ from pev.engine._components import agent_paths, has_recorded_tools, rebuild, use
 from pev.engine._start_failures import Backoff, NotStarted, let_go, record_not_started
 from pev.engine._tenure import free_if_owner_gone, new_owner
 from pev.engine._trust import check_chain
+from pev.engine._typed import In
 from pev.errors import (
     ComponentError,
     LeaseError,
@@ -73,10 +74,10 @@ AgentOpener: TypeAlias = Callable[[TaskState], contextlib.AbstractAsyncContextMa
 
 
 async def submit(
-    input: JsonValue,  # noqa: A002 - the documented name for what the task is asked to do
+    input: In | JsonValue,  # noqa: A002 - the documented name for what the task is asked to do
     *,
     store: Store,
-    agent: Agent | None = None,
+    agent: Agent[In, Any] | None = None,
     planner: PlannerLike | None = None,
     verifier: VerifierLike | None = None,
     tools: ToolsLike | None = None,
@@ -95,8 +96,10 @@ async def submit(
 
     Raises:
         ComponentError: A part has no import path a worker could rebuild it from (or an agent
-            was given with parts of one).
+            was given with parts of one, or a typed agent has no module-level name).
         ContractError: The contract cannot be honoured by this agent.
+        UsageError: The input does not fit the agent's input type (docs/engine.md, "Typed
+            agents"), or cannot be recorded.
     """
     task = new_task_of(
         input,
@@ -115,16 +118,24 @@ async def submit(
     _check_rebuildable(task.agent, paths)
     ledger = Ledger(store, clock=clock or utc_now)
     state = await ledger.create(
-        input, contract=task.contract, policy=task.policy, components=paths, task_id=task_id
+        task.input, contract=task.contract, policy=task.policy, components=paths, task_id=task_id
     )
     log.info("submitted task %s", state.task_id)
     return state.task_id
 
 
-def _check_rebuildable(agent: Agent, paths: dict[str, str]) -> None:
+def _check_rebuildable(agent: Agent[Any, Any], paths: dict[str, str]) -> None:
     """Refuse a part a worker could not rebuild from the recorded paths."""
     if "agent" in paths:
         return
+    if agent.types.typed:
+        # Parts recorded one by one would come back as an untyped agent: its planner would get
+        # JSON where it expects its input type.
+        raise ComponentError(
+            "an agent with input_type= or output= is rebuilt by a worker only whole, from its "
+            "module-level name; bind it to one (booking = pev.Agent(...) in a module)",
+            role="agent",
+        )
     given = {
         "planner": agent.planner,
         "verifier": agent.verifier,

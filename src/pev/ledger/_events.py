@@ -14,6 +14,7 @@ from enum import IntEnum, StrEnum
 from types import MappingProxyType
 from typing import ClassVar, Literal, TypeAlias
 
+from pev._canonical import ADDED
 from pev.kernel import Decision, Diagnosis, GlobalReplan, LocalReplan, TaskStatus, TerminalReason
 from pev.model import (
     Evidence,
@@ -568,7 +569,10 @@ class TaskFinished:
         status: ``succeeded``, ``partial``, ``failed`` or ``cancelled``.
         reason: Why, one of the terminal reasons allowed for the status.
         outputs: Node id → value of every succeeded node of the final plan.
-        detail: The diagnosis or valve detail behind the reason.
+        detail: The diagnosis or valve detail behind the reason; for a success whose agent
+            could not make its output, why not.
+        output: A succeeded task's output, made by its agent's ``output=`` (docs/engine.md,
+            "Typed agents"), as JSON; ``None`` without one.
     """
 
     kind: ClassVar[Literal["task_finished"]] = "task_finished"
@@ -576,6 +580,7 @@ class TaskFinished:
     reason: TerminalReason
     outputs: Mapping[str, JsonValue] = field(default_factory=JsonObject)
     detail: str = ""
+    output: JsonValue = field(default=None, metadata=ADDED)
 
 
 Event: TypeAlias = (
