@@ -495,3 +495,54 @@ def test_an_output_that_cannot_be_written_is_one_line_never_0(shop: Shop, args: 
     assert done.returncode == 1, err
     said = "pev: standard output could not be written (No space left on device); what this "
     assert err.splitlines() == [said + "command printed is incomplete"]
+
+
+def test_events_follow_wait_follows_a_task_written_after_it_started(shop: Shop) -> None:
+    """`pev events ID --follow --wait` started before the task exists: it waits, says so once
+    on stderr, then prints every event of the task as it is written, and ends with it."""
+    ledger = shop.copy("waited")
+    process = subprocess.Popen(
+        [*PEV, "--db", str(ledger), "events", "waited-1", "--follow", "--wait"],
+        cwd=shop.folder,
+        env=shop.env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _waits_then_follows(process, ledger)
+    finally:
+        if process.poll() is None:  # a failed check: the follower would wait for ever
+            process.kill()
+        process.communicate(timeout=TIMEOUT_S)
+
+
+def _waits_then_follows(process: subprocess.Popen[bytes], ledger: Path) -> None:
+    from pev import run
+    from pev.model import Plan, PlanNode
+    from pev.testing import FunctionExecutor, ScriptedPlanner
+
+    assert process.stderr is not None
+    said = process.stderr.readline().decode()  # once it is waiting
+    assert said == "waiting for task waited-1 to be written (Ctrl-C stops)\n"
+
+    async def write() -> None:
+        store = SQLiteStore(ledger)
+        try:
+            plan = Plan("one step", (PlanNode("a", "do it"),))
+            await run(
+                "late",
+                planner=ScriptedPlanner(plan),
+                executor=FunctionExecutor({"a": lambda: 1}),
+                store=store,
+                task_id="waited-1",
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+    out, err = process.communicate(timeout=TIMEOUT_S)
+    assert (process.returncode, err) == (0, b""), err
+    kinds = [line.split()[2] for line in out.decode().splitlines()]
+    assert kinds[0] == "task_created"
+    assert kinds[-1] == "task_finished"

@@ -70,9 +70,31 @@ def test_install_puts_one_guard_in_place_of_stdout(monkeypatch: pytest.MonkeyPat
 
 
 def test_json_goes_out_on_one_line_and_a_pipe_is_never_wrapped(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One document per line, non-ASCII kept; off a terminal the console does not wrap."""
+    monkeypatch.delenv("COLUMNS", raising=False)
     echo_json({"name": "Zoë", "nested": {"a": [1, 2]}})
     assert capsys.readouterr().out == '{"name":"Zoë","nested":{"a":[1,2]}}\n'
+    assert stdout_console().width == PIPE_WIDTH
+
+
+def test_off_a_terminal_tables_fit_200_columns_and_text_lines_stay_whole(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wide table is laid out within 200 columns (or COLUMNS); a long line of text is one line."""
+    from rich.table import Table
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    table = Table("key", "value")
+    table.add_row("k" * 40, "v" * 400)
+    console = stdout_console()
+    console.print(table)
+    console.print("x" * 500)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "x" * 500
+    assert max(len(line) for line in lines[:-1]) == PIPE_WIDTH == 200
+    monkeypatch.setenv("COLUMNS", "120")
+    assert stdout_console().width == 120
+    monkeypatch.setenv("COLUMNS", "wide")
     assert stdout_console().width == PIPE_WIDTH

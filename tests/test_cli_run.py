@@ -394,6 +394,8 @@ def test_resume_of_a_finished_task_exits_with_its_status(workdir: Path) -> None:
     events = _event_count(workdir, "partial-1")
     code, out = _pev(workdir, "resume", "partial")
     assert code == 3
+    assert "task partial-1 had already ended (partial/device_failure, " in out
+    assert "nothing to resume; it is shown as it ended" in out
     assert "revision 1 (initial)" in out
     assert out.rstrip().splitlines()[-1].startswith("task partial-1: partial/device_failure")
     assert _event_count(workdir, "partial-1") == events
@@ -529,6 +531,65 @@ def test_a_task_files_input_is_checked_against_its_agents_input_type(workdir: Pa
     task_input, output = asyncio.run(recorded())
     assert dict(task_input) == {"city": "Lisbon", "days": 1}  # type: ignore[call-overload]
     assert output == "sunny"
+
+
+def _recorded_input(folder: Path, task_id: str) -> object:
+    async def read() -> object:
+        store = SQLiteStore(folder / "ledger.db")
+        try:
+            return (await Ledger(store).state(task_id)).created.input
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def test_input_on_the_command_line_takes_the_place_of_the_files(workdir: Path) -> None:
+    """--input and --input-file give the input; the file then need not have one."""
+    components = '[components]\nagent = "agent:traveller"\n'
+    path = _task_file(workdir, f'input = {{ city = "Lisbon" }}\n{components}')
+    bare = _task_file(workdir, components, "bare.toml")
+    code, out = _pev(
+        workdir, "run", "-q", "--task-id", "t1", "--input", '{"city": "Oslo"}', str(path)
+    )
+    assert code == 0, out
+    assert dict(_recorded_input(workdir, "t1")) == {"city": "Oslo", "days": 1}  # type: ignore[call-overload]
+    (workdir / "trip.json").write_text('{"city": "Rome", "days": 3}', encoding="utf-8")
+    code, out = _pev(
+        workdir, "run", "-q", "--task-id", "t2", "--input-file", "trip.json", str(bare)
+    )
+    assert code == 0, out
+    assert dict(_recorded_input(workdir, "t2")) == {"city": "Rome", "days": 3}  # type: ignore[call-overload]
+    submitted = CliRunner().invoke(
+        cli,
+        ["--db", str(workdir / "ledger.db"), "submit", "--task-id=t3", "--input-file=-", str(bare)],
+        input='{"city": "Pisa"}',
+    )
+    assert (submitted.exit_code, submitted.output.strip()) == (0, "t3")
+    assert dict(_recorded_input(workdir, "t3")) == {"city": "Pisa", "days": 1}  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--input", "Oslo"], "--input: not JSON (Expecting value at line 1, column 1); give a"),
+        (["--input", "[1, NaN]"], "--input: input[1]: nan is not a JSON number"),
+        (["--input", "1", "--input-file", "x.json"], "give --input or --input-file, not both"),
+        (["--input-file", "missing.json"], "--input-file missing.json: cannot be read"),
+        (["--input", '{"days": 2}'], "--input: does not fit the agent's input type Trip: city"),
+        ([], "input: missing; add input = "),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "submit"])
+def test_input_that_cannot_be_used_is_one_line_and_nothing_is_written(
+    workdir: Path, command: str, options: list[str], said: str
+) -> None:
+    bare = _task_file(workdir, '[components]\nagent = "agent:traveller"\n', "bare.toml")
+    code, out = _pev(workdir, command, *options, str(bare))
+    assert code == 2, out
+    assert out.count("\n") == 1, out
+    assert said in out
+    assert not (workdir / "ledger.db").exists()
 
 
 def test_a_task_file_names_its_store_and_the_command_line_overrides_it(

@@ -101,6 +101,12 @@ INVALID = [
         id="empty-registry",
     ),
     pytest.param(
+        Plan("g", (PlanNode("a", tool="mvoe"),)),
+        {"tools": TOOLS},
+        ("node 'a': tool 'mvoe' is not registered (registered: look, move); did you mean 'move'?",),
+        id="unregistered-tool-close-to-one",
+    ),
+    pytest.param(
         Plan("g", (PlanNode("a", args=[1, 2]),)),  # type: ignore[arg-type]
         {},
         ("node 'a': args must be a JSON object, got a list",),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         calls.append({"app": app, **options})
 
     monkeypatch.setattr(uvicorn, "run", run)
+    # Nothing listens: the look for a free port and a local address has nothing to find.
+    monkeypatch.setattr("pev.cli._serve._check_free", lambda host, port: None)
     return calls
 
 
@@ -94,3 +97,36 @@ def test_serve_without_the_extra_names_it(ledger: Path, monkeypatch: pytest.Monk
     result = CliRunner().invoke(cli, ["--db", str(ledger), "serve"])
     assert result.exit_code != 0
     assert "pip install 'pev-agent[web]'" in result.output
+
+
+def test_serve_on_a_taken_port_is_one_line_and_serves_nothing(
+    ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port's listener is named with the way out, exit 2: no address, then a traceback."""
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("served on a taken port"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["--db", str(ledger), "serve", "--port", str(port)])
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        f"pev: cannot serve on 127.0.0.1:{port}: Address already in use; pass --port with a "
+        "free port, or stop what listens there\n"
+    )
+
+
+@pytest.mark.parametrize("host", ["nowhere.invalid", "192.0.2.1"])
+def test_serve_on_an_address_not_of_this_machine_is_one_line(
+    ledger: Path, monkeypatch: pytest.MonkeyPatch, host: str
+) -> None:
+    """A host that does not resolve, or is not this machine's, is named; exit 2."""
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("served elsewhere"))
+    result = CliRunner().invoke(cli, ["--db", str(ledger), "serve", "--host", host])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"pev: --host {host}: ")
+    assert result.output.count("\n") == 1

@@ -7,6 +7,7 @@ approval for, which its driver, a worker or ``pev resume`` acts on in whatever p
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -19,11 +20,14 @@ from pev.cli._documents import entry_document
 from pev.cli._output import echo_json, echo_line, stdout_console
 from pev.cli._progress import progress_line
 from pev.cli._render import STATUS_STYLE, task_heading
-from pev.errors import StateError, UsageError
+from pev.errors import StateError, UnknownTaskError, UsageError
 from pev.ledger import Ledger, LedgerEntry, Store, TaskPhase, TaskState, follow
 from pev.rails import RailEvents
 
 __all__ = ["approve_command", "event_line", "events_command", "reject_command"]
+
+# How often `pev events --wait` looks for a task that is not written yet.
+_WAIT_POLL_S = 0.1
 
 
 def event_line(entry: LedgerEntry, rails: RailEvents) -> str:
@@ -60,8 +64,16 @@ def event_line(entry: LedgerEntry, rails: RailEvents) -> str:
     help='Print one JSON document {"task_id", "events": [...]}; with --follow, one JSON '
     "object per event, per line, as each is written.",
 )
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="A task not written yet is waited for (by its full id) instead of refused: start "
+    "following before the task is submitted.",
+)
 @click.pass_obj
-def events_command(db: str, task_id: str, following: bool, after: int, as_json: bool) -> None:
+def events_command(
+    db: str, *, task_id: str, following: bool, after: int, as_json: bool, wait: bool
+) -> None:
     """Print a task's events (id or unique prefix), one per line, oldest first.
 
     With --follow, keep printing them as the ledger grows, from any process's writes, until the
@@ -73,7 +85,9 @@ def events_command(db: str, task_id: str, following: bool, after: int, as_json: 
     """
 
     async def printed(ledger: Ledger) -> None:
-        full_id = await resolve_task_id(ledger, task_id)
+        full_id = (
+            await _written(ledger, task_id) if wait else await resolve_task_id(ledger, task_id)
+        )
         rails = RailEvents()
 
         def echo(entries: Sequence[LedgerEntry]) -> None:
@@ -96,6 +110,20 @@ def events_command(db: str, task_id: str, following: bool, after: int, as_json: 
                 echo(batch)
 
     on_ledger(db, printed, create=False)
+
+
+async def _written(ledger: Ledger, task_id: str) -> str:
+    """The id of the task ``task_id`` names, once it is written (said once on stderr meanwhile).
+
+    A unique prefix of a task that exists names it, as without ``--wait``; a task not written
+    yet can only be named by its full id, looked for every :data:`_WAIT_POLL_S` seconds.
+    """
+    with contextlib.suppress(UnknownTaskError):
+        return await resolve_task_id(ledger, task_id)
+    click.echo(f"waiting for task {task_id} to be written (Ctrl-C stops)", err=True)
+    while await ledger.store.summary(task_id) is None:
+        await asyncio.sleep(_WAIT_POLL_S)
+    return task_id
 
 
 def _decided(

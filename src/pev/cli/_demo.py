@@ -26,8 +26,8 @@ DEMO_FAULTS = ("none", "slip", "knock", "timeout", "dead-joint", "camera")
 the command line can offer them without importing the simulator (a test keeps them in step)."""
 
 _IMAGE_KINDS = ("image", "segmentation")
-# A rule spans the terminal; written to a pipe or a file (laid out unwrapped, 100 000 columns
-# wide) it is this wide instead.
+# A rule spans the terminal; written to a pipe or a file (laid out for 200 columns, or COLUMNS)
+# it is at most this wide.
 _RULE_WIDTH = 100
 
 

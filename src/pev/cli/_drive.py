@@ -14,7 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.text import Text
@@ -39,13 +39,42 @@ from pev.cli._mcp import open_recorded, open_servers, recorded_agent, records_se
 from pev.cli._output import echo_line, stdout_console
 from pev.cli._progress import ConsoleRail
 from pev.cli._render import STATUS_STYLE, task_heading
-from pev.cli._taskfile import TaskFile, TaskFileError, load_task_file
+from pev.cli._taskfile import TaskFile, TaskFileError, given_input, load_task_file
 from pev.engine import Agent
 from pev.errors import ComponentError, ContractError, LeaseHeld, UsageError
 from pev.experience import LessonBook
 from pev.ledger import Ledger, TaskState, new_task_id
+from pev.rails._console import iso_time
 
 __all__ = ["cancel_command", "resume_command", "run_command", "submit_command", "worker_command"]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _input_options(command: F) -> F:
+    """``--input JSON`` and ``--input-file PATH``: the task's input, in place of the file's."""
+    command = click.option(
+        "--input-file",
+        "input_file",
+        type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
+        help="Read the task's input from this JSON file (- for standard input) instead.",
+    )(command)
+    return click.option(
+        "--input",
+        "input_json",
+        metavar="JSON",
+        callback=text_option,
+        help="""The task's input as JSON, in place of the task file's: '{"city": "Oslo"}'.""",
+    )(command)
+
+
+def _task_file(task_file: Path, input_json: str | None, input_file: Path | None) -> TaskFile:
+    """The task file, checked and imported, with the input given on the command line if any."""
+    try:
+        return load_task_file(task_file, given=given_input(input_json, input_file))
+    except UsageError as exc:  # a bad task file, or an --input that cannot be used
+        fail(str(exc))
 
 
 @click.command("run")
@@ -55,19 +84,26 @@ __all__ = ["cancel_command", "resume_command", "run_command", "submit_command", 
     callback=new_task_id_option,
     help="The new task's id: printable text, at most 200 characters. [default: a fresh UUID]",
 )
+@_input_options
 @click.option("-q", "--quiet", is_flag=True, help="Print only the result line.")
 @click.pass_obj
-def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> None:
+def run_command(
+    db: str,
+    *,
+    task_file: Path,
+    task_id: str | None,
+    input_json: str | None,
+    input_file: Path | None,
+    quiet: bool,
+) -> None:
     """Run a task file; exit with the task's status.
 
-    TASKFILE describes one task in TOML (see docs/cli.md). Prints each phase of the loop as it
-    happens, then the task's timeline and a result line. Exit codes: 0 succeeded, 1 failed,
-    2 a bad task file, 3 partial, 4 cancelled.
+    TASKFILE describes one task in TOML (see docs/cli.md); --input or --input-file give its
+    input instead of the file's. Prints each phase of the loop as it happens, then the task's
+    timeline and a result line. Exit codes: 0 succeeded, 1 failed, 2 a bad task file or
+    input, 3 partial, 4 cancelled.
     """
-    try:
-        spec = load_task_file(task_file)
-    except TaskFileError as exc:
-        fail(str(exc))
+    spec = _task_file(task_file, input_json, input_file)
     console = stdout_console()
     progress = None if quiet else ConsoleRail(console)
     rails = (progress,) if progress is not None else ()
@@ -108,17 +144,23 @@ def run_command(db: str, task_file: Path, task_id: str | None, quiet: bool) -> N
     callback=new_task_id_option,
     help="The new task's id: printable text, at most 200 characters. [default: a fresh UUID]",
 )
+@_input_options
 @click.pass_obj
-def submit_command(db: str, task_file: Path, task_id: str | None) -> None:
+def submit_command(
+    db: str,
+    *,
+    task_file: Path,
+    task_id: str | None,
+    input_json: str | None,
+    input_file: Path | None,
+) -> None:
     """Write a task file's task for a worker to run; print its id (nothing runs here).
 
-    TASKFILE is the same TOML `pev run` reads (see docs/cli.md). Its components must be
+    TASKFILE is the same TOML `pev run` reads (see docs/cli.md); --input or --input-file give
+    its input instead of the file's, so one file serves many tasks. Its components must be
     importable by the workers (module-level names; the task file's folder on their Python path).
     """
-    try:
-        spec = load_task_file(task_file)
-    except TaskFileError as exc:
-        fail(str(exc))
+    spec = _task_file(task_file, input_json, input_file)
 
     async def write(ledger: Ledger) -> str:
         if task_id is not None and await ledger.store.summary(task_id) is not None:
@@ -430,6 +472,7 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
 
     async def drive(ledger: Ledger) -> TaskState:
         full_id = await resolve_task_id(ledger, task_id)
+        before = await ledger.state(full_id)
         try:
             async with _recorded_tools(ledger, full_id) as tools:
                 result = await engine.resume(
@@ -457,6 +500,16 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
                 f"task {full_id}: the {exc.role} cannot be rebuilt ({exc}); "
                 f"`pev resume` cannot pass one: resume it from Python with the {exc.role} "
                 f"passed, `await pev.resume({full_id!r}, store=..., {exc.role}=...)`"
+            )
+        if before.finished is not None:
+            # Nothing was continued (resume verified the chain, and left the task as it was):
+            # said on standard error, so that a script reading the result line (and the exit
+            # code: the task's status, as when it ends here) sees the same either way.
+            when = f", {iso_time(before.updated_at)}" if before.updated_at else ""
+            click.echo(
+                f"task {full_id} had already ended ({before.finished.status}/"
+                f"{before.finished.reason}{when}): nothing to resume; it is shown as it ended",
+                err=True,
             )
         return await ledger.state(result.task_id)
 

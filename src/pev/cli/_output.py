@@ -2,7 +2,8 @@
 
 On a terminal, `pev` prints with colour and fits its width. Anywhere else (a pipe, a file) it
 prints plain text whose lines are never wrapped, so that ``grep``, ``cut`` and ``jq`` see one
-record per line; ``NO_COLOR`` and ``FORCE_COLOR`` are honoured as rich honours them.
+record per line, and lays tables and rules out for :data:`PIPE_WIDTH` columns (``COLUMNS=N``
+asks for another width); ``NO_COLOR`` and ``FORCE_COLOR`` are honoured as rich honours them.
 
 A reader that stops early (``pev run task.toml | head -1``) closes the pipe. Python then raises
 :class:`BrokenPipeError` from the next write, and that must not end the command: a task being
@@ -29,8 +30,9 @@ __all__ = [
     "stdout_console",
 ]
 
-PIPE_WIDTH = 100_000
-"""The width `pev` lays out tables for when its output is not a terminal: no line is wrapped."""
+PIPE_WIDTH = 200
+"""The width `pev` lays tables and rules out for when its output is not a terminal, unless the
+``COLUMNS`` environment variable asks for another; lines of text are never wrapped."""
 
 
 def stdout_console() -> Console:
@@ -38,7 +40,13 @@ def stdout_console() -> Console:
     console = Console()
     if console.is_terminal:
         return console
-    return Console(width=PIPE_WIDTH, soft_wrap=True, highlight=False)
+    return Console(width=_pipe_width(), soft_wrap=True, highlight=False)
+
+
+def _pipe_width() -> int:
+    """``COLUMNS`` when it is a width (a script that asks for one), else :data:`PIPE_WIDTH`."""
+    asked = os.environ.get("COLUMNS", "")
+    return int(asked) if asked.isdigit() and int(asked) > 0 else PIPE_WIDTH
 
 
 def echo_line(text: str) -> None:

@@ -6,11 +6,13 @@ command runs, so every other command works without them.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import socket
 
 import click
 
-from pev.cli._common import on_ledger, open_named
+from pev.cli._common import fail, on_ledger, open_named
 from pev.ledger import Ledger
 
 __all__ = ["serve_command"]
@@ -18,6 +20,36 @@ __all__ = ["serve_command"]
 
 async def _nothing(_ledger: Ledger) -> None:
     """What the first look at the ledger does: nothing more than opening it and reading once."""
+
+
+def _check_free(host: str, port: int) -> None:
+    """Exit with one line (code 2) when ``host`` is no address here or ``port`` is taken.
+
+    A look before the server starts: the web server would print its address, then fail with
+    a traceback. A port taken in the moment between the look and the start is still the web
+    server's error.
+    """
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        fail(f"--host {host}: not an address of this machine ({exc}); name one, or 127.0.0.1")
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the web server binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                fail(
+                    f"--host {host}: cannot listen there ({exc.strerror or exc}); name an "
+                    "address of this machine, or 127.0.0.1"
+                )
+            fail(
+                f"cannot serve on {shown}:{port}: {exc.strerror}; pass --port with a free port, "
+                "or stop what listens there"
+            )
 
 
 def _loopback(host: str) -> bool:
@@ -66,6 +98,7 @@ def serve_command(db: str, host: str, port: int, operator: bool, allowed: tuple[
     # The viewer only reads (its --operator buttons act on tasks that exist): a missing ledger, or
     # a store that does not answer, is one line now rather than an error page later.
     on_ledger(db, _nothing, create=False)
+    _check_free(host, port)
     store = open_named(db, create=False)
     hosts = set(LOOPBACK_HOSTS) | set(allowed)
     if not _loopback(host) and host not in {"0.0.0.0", "::"}:  # noqa: S104 - named to skip it

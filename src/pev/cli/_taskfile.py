@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import difflib
 import importlib
+import json
 import re
 import sys
 import tomllib
@@ -36,7 +37,14 @@ from pev.stores._open import is_url
 if TYPE_CHECKING:
     from pev.mcp._config import ServerConfig
 
-__all__ = ["MAX_TASK_FILE_BYTES", "TaskFile", "TaskFileError", "load_task_file"]
+__all__ = [
+    "MAX_TASK_FILE_BYTES",
+    "GivenInput",
+    "TaskFile",
+    "TaskFileError",
+    "given_input",
+    "load_task_file",
+]
 
 # The keys a task file may hold, table by table; anything else is a typo to point out.
 _TOP_LEVEL = ("input", "store", "contract", "policy", "components", "mcp")
@@ -154,28 +162,104 @@ class TaskFile:
         return self.agent.observer if self.agent is not None else self.parts.get("observer")
 
 
-def load_task_file(path: Path) -> TaskFile:
+@dataclass(frozen=True, slots=True)
+class GivenInput:
+    """A task's input given on the command line, in place of its task file's.
+
+    Attributes:
+        value: The input, as frozen JSON.
+        source: Where it came from, to name in errors: ``--input``, ``--input-file PATH``.
+    """
+
+    value: JsonValue
+    source: str
+
+
+def given_input(text: str | None, path: Path | None) -> GivenInput | None:
+    """The input of ``--input JSON`` or ``--input-file PATH`` (``-``: standard input), if given.
+
+    Raises:
+        UsageError: Both are given, the file cannot be read, or the text is not JSON a ledger
+            can hold; the message names the option and the way out.
+    """
+    if text is not None and path is not None:
+        raise UsageError("give --input or --input-file, not both")
+    if path is not None:
+        source = f"--input-file {path}"
+        text = _input_text(path, source)
+    elif text is not None:
+        source = "--input"
+    else:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{source}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); give a "
+            """JSON value: '{"city": "Oslo"}', or text in quotes: '"weather in Oslo"'"""
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{source}: nests too deeply; flatten it") from None
+    try:
+        return GivenInput(freeze_json(value, path="input"), source)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{source}: {exc}; give finite numbers and UTF-8 text") from None
+
+
+def _input_text(path: Path, source: str) -> str:
+    """The text of an input file (standard input for ``-``), within the task file's limit."""
+    try:
+        if str(path) == "-":
+            data = sys.stdin.buffer.read(MAX_TASK_FILE_BYTES + 1)
+        else:
+            with path.open("rb") as file:
+                data = file.read(MAX_TASK_FILE_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(
+            f"{source}: cannot be read ({exc.strerror or exc}); name a JSON file you can read"
+        ) from None
+    if len(data) > MAX_TASK_FILE_BYTES:
+        raise UsageError(
+            f"{source}: larger than {MAX_TASK_FILE_BYTES // 2**20} MiB; keep large data in files "
+            "the tools read, and name them in the input"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{source}: not UTF-8 text; save it as UTF-8") from None
+
+
+def load_task_file(path: Path, *, given: GivenInput | None = None) -> TaskFile:
     """Read, check and import a task file.
+
+    Args:
+        path: The task file.
+        given: The input given on the command line, in place of the file's (which the file
+            then need not have).
 
     Raises:
         TaskFileError: Anything wrong with it, from a missing file to an attribute that its
-            module lacks; the first problem found.
+            module lacks, or an input given that its agent's input type does not accept; the
+            first problem found.
     """
     try:
-        return _load(path)
+        return _load(path, given)
     except TaskFileError as exc:
         exc.path = path
         exc.args = (str(exc),)
         raise
 
 
-def _load(path: Path) -> TaskFile:
+def _load(path: Path, given: GivenInput | None) -> TaskFile:
     document = _read(path)
     _check_keys(document, _TOP_LEVEL, "")
+    if given is not None:
+        document["input"] = given.value
     if "input" not in document:
         raise TaskFileError(
             "input",
-            'missing; add input = "..." (what the task is asked to do: text, a table or an array)',
+            'missing; add input = "..." (what the task is asked to do: text, a table or an '
+            "array), or give it with --input",
         )
     try:
         task_input = freeze_json(document["input"], path="input")
@@ -202,6 +286,8 @@ def _load(path: Path) -> TaskFile:
             task_input = base.types.recorded_input(task_input)
         except UsageError as exc:
             said = str(exc).removeprefix("the task's input ").split("; pass a value")[0]
+            if given is not None:
+                raise TaskFileError(given.source, f"{said}; give an object of its fields") from None
             raise TaskFileError(
                 "input", f"{said}; write it as a table of that type's fields"
             ) from None

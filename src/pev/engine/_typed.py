@@ -15,6 +15,7 @@ An agent without either works as before: its input is any JSON value, and it has
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 import typing
@@ -157,7 +158,7 @@ class AgentTypes:
             value = self._make_output(outputs)
         except Exception as exc:  # noqa: BLE001 - the user's function: its failure is recorded
             return None, f"the agent's output= raised {type(exc).__name__}: {exc}"
-        adapter = self._output or _ANY
+        adapter = self._output or _any()
         try:
             return freeze_json(adapter.dump_python(adapter.validate_python(value), mode="json")), ""
         except ValidationError as exc:
@@ -178,8 +179,14 @@ class AgentTypes:
         return _read_back(self._output, recorded, what)
 
 
-# Checks nothing, and writes any value pydantic can as JSON: an unannotated output= function's.
-_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+@functools.cache
+def _any() -> TypeAdapter[Any]:
+    """Checks nothing, writes any value pydantic can as JSON: an unannotated output='s adapter.
+
+    Built on first use: every process that imports the engine need not pay for it.
+    """
+    return TypeAdapter(Any)
+
 
 UNTYPED = AgentTypes(None, None, None, None, None)
 """The types of an agent with neither an input type nor an output."""

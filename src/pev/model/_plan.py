@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -339,7 +340,11 @@ def _node_problems(
         spec = tools.get(node.tool)
         if spec is None:
             registered = ", ".join(sorted(tools)) or "none"
-            yield f"{where}: tool {node.tool!r} is not registered (registered: {registered})"
+            close = difflib.get_close_matches(node.tool, list(tools), n=1)
+            guess = f"; did you mean {close[0]!r}?" if close else ""
+            yield (
+                f"{where}: tool {node.tool!r} is not registered (registered: {registered}){guess}"
+            )
     if (
         spec is not None
         and effect_ok
