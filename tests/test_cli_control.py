@@ -177,6 +177,12 @@ def test_approve_a_waiting_task_from_the_command_line(
     assert code == 0, err
     assert "approval: asked for actions p" in out
     assert f"pev approve {task_id}" in " ".join(out.split())
+    # A run waiting for a person is not a dead one, though it holds no lease while it waits.
+    assert "waiting for a person's decision, holding no lease" in " ".join(out.split())
+    assert "no live driver" not in out
+    # The reviewer sees what would be sent: the action to approve stands out, with its args.
+    row = next(line for line in out.splitlines() if "action: to approve" in line)
+    assert '{"amount":5}' in row
     code, _, err = _invoke(db, "reject", task_id, "--reason", "  ")
     assert code == 2
     assert "must not be empty" in err

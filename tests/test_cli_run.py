@@ -655,7 +655,7 @@ def test_show_and_tasks_name_who_drives_a_task_now(workdir: Path) -> None:
     _create(workdir, "live-2", {"planner": "agent:planner", "tools": "agent:forecast"})
     code, out = _pev(workdir, "show", "live-2")
     assert code == 0
-    assert "no driver has taken it yet" in out
+    assert "no driver has taken it yet: a worker (`pev worker`) or `pev resume` drives it" in out
     _hold(workdir, "live-2", lease_s=600)
     code, out = _pev(workdir, "show", "live-2")
     assert code == 0

@@ -396,3 +396,19 @@ async def test_a_cancel_between_the_decision_and_the_drive_ends_the_run_cancelle
     result = await handle.result()
     assert (result.status, result.reason) == (TaskStatus.CANCELLED, TerminalReason.CANCELLED)
     assert payments.sent == []
+
+
+def test_who_decides_defaults_to_pev_user_then_the_process_user(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A console run as a service account records decisions under PEV_USER."""
+    import getpass
+
+    from pev.engine._control import reviewer
+
+    monkeypatch.setenv("PEV_USER", "  ops-console ")
+    assert reviewer() == "ops-console"
+    monkeypatch.setenv("PEV_USER", " ")
+    assert reviewer() == getpass.getuser()
+    monkeypatch.delenv("PEV_USER")
+    assert reviewer() == getpass.getuser()

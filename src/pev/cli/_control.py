@@ -173,7 +173,7 @@ _BY = click.option(
     "--by",
     default=None,
     callback=text_option,
-    help="Who decides, kept in the ledger. [default: your user name]",
+    help="Who decides, kept in the ledger. [default: PEV_USER, else your user name]",
 )
 _REVISION = click.option(
     "--revision",

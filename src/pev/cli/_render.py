@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from rich.console import Group, RenderableType
@@ -28,7 +28,7 @@ from pev.ledger import (
     known_refs,
 )
 from pev.ledger._queries import NodeStanding, node_standings
-from pev.model import CriterionStatus, canonical_json
+from pev.model import CriterionStatus, Effect, ExecutionRecord, PlanNode, canonical_json
 from pev.rails._console import (
     RECORD_STYLE,
     STATUS_STYLE,
@@ -39,7 +39,7 @@ from pev.rails._console import (
     reconciliation_text,
     task_heading,
 )
-from pev.rails._effects import args_text, undoing, unwind_words
+from pev.rails._effects import ARGS_CHARS, args_text, undoing, unwind_words
 from pev.rails._settled import settlement
 
 __all__ = [
@@ -102,8 +102,18 @@ def driver_line(state: TaskState, lease: Lease | None, now: datetime) -> Text | 
     """Who drives a task that has not ended, from its lease; ``None`` for an ended task."""
     if state.terminal:
         return None
+    if state.phase is TaskPhase.AWAITING_APPROVAL:
+        # Waiting holds no lease (docs/control.md): not a dead run, a person's turn.
+        return Text(
+            "waiting for a person's decision, holding no lease: the run that waits for it (or "
+            "a worker, or `pev resume`) goes on once it is approved or rejected",
+            style="cyan",
+        )
     if lease is None:
-        return Text("no driver has taken it yet: `pev resume` drives it", style="yellow")
+        return Text(
+            "no driver has taken it yet: a worker (`pev worker`) or `pev resume` drives it",
+            style="yellow",
+        )
     until = iso_time(lease.expires_at)
     if lease.live(now):
         return Text(f"driven now by {lease.owner} (lease epoch {lease.epoch}, until {until})")
@@ -171,8 +181,12 @@ def _rejection(rejected: PlanRejected) -> RenderableType:
 def _revision(state: TaskState, revision: Revision) -> RenderableType:
     title = f"revision {revision.number} ({revision.kind}): {revision.reason}"
     table = Table(title=title, title_justify="left", title_style="bold", expand=False)
-    for column in ("node", "tool", "effect", "after", "record"):
+    for column in ("node", "tool"):
         table.add_column(column)
+    table.add_column("args", overflow="fold")
+    for column in ("effect", "after", "record"):
+        table.add_column(column)
+    effect_of = _effects_of(state, revision.number)
     standings = node_standings(state, revision)
     for standing in standings:
         node, record = standing.node, standing.record
@@ -194,9 +208,8 @@ def _revision(state: TaskState, revision: Revision) -> RenderableType:
         else:
             word = standing.state.replace("_", " ")
             cell = Text(word, style="dim green" if word == "kept" else "dim")
-        # A dispatched node's record holds its effect as it ran; else the node's own, if any.
-        effect = record.effect if record is not None else node.effect or "tool's"
-        table.add_row(node.id, node.tool or "", str(effect), ", ".join(node.after), cell)
+        effect = effect_of(node, record)
+        table.add_row(node.id, node.tool or "", _args(node), effect, ", ".join(node.after), cell)
     parts: list[RenderableType] = [table]
     # A reused node's record, its attempts and its reconciliation belong to the revision that
     # sent it, and are shown there.
@@ -212,6 +225,42 @@ def _revision(state: TaskState, revision: Revision) -> RenderableType:
     parts.extend(_verdicts(state, revision.number))
     parts.append(Text(""))
     return Group(*parts)
+
+
+def _args(node: PlanNode) -> str:
+    """A node's args as canonical JSON (a ``$ref`` as written), cut as the effects table cuts."""
+    if not node.args:
+        return ""
+    text = canonical_json(node.args)
+    return text if len(text) <= ARGS_CHARS else text[: ARGS_CHARS - 1] + "…"
+
+
+def _effects_of(
+    state: TaskState, number: int
+) -> Callable[[PlanNode, ExecutionRecord | None], Text]:
+    """How a revision's nodes show their effect: ``query`` or ``action``, resolved.
+
+    A dispatched node's record holds its effect as it ran; else the node's own, when the plan
+    gives one; else, for a revision that asked for approval, what the request named (its
+    actions; the rest are queries); else the tool's, which the ledger does not record. The
+    actions a person is asked to approve now stand out.
+    """
+    requests = [request for request in state.approvals if request.revision == number]
+    actions = {node_id for request in requests for node_id in request.actions}
+    waiting = state.awaiting is not None and state.awaiting.revision == number
+
+    def effect_of(node: PlanNode, record: ExecutionRecord | None) -> Text:
+        if record is not None:
+            return Text(str(record.effect))
+        if node.id in actions:
+            if waiting:
+                return Text("action: to approve", style="bold yellow")
+            return Text(str(Effect.ACTION))
+        if node.effect is not None:
+            return Text(str(node.effect))
+        return Text(str(Effect.QUERY) if requests else "tool's")
+
+    return effect_of
 
 
 _EFFECT_STYLE = {

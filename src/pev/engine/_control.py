@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec
@@ -36,7 +37,14 @@ _MAX_TEXT = 10_000  # the longest reviewer name, note or reason the ledger takes
 
 
 def reviewer() -> str:
-    """Who decides when nobody says: the user this process runs as."""
+    """Who decides when nobody says: ``PEV_USER`` when set, else the user this process runs as.
+
+    A server that decides for people (a console, a bot) runs as a service account: its
+    operators set ``PEV_USER`` to the identity its decisions are recorded under.
+    """
+    configured = os.environ.get("PEV_USER", "").strip()
+    if configured:
+        return configured
     try:
         return getpass.getuser()
     except (OSError, KeyError):  # no user name in the environment, nor in the password file
