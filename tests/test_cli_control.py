@@ -196,6 +196,21 @@ def test_approve_a_waiting_task_from_the_command_line(
     assert "result: succeeded/execution_succeeded" in out
 
 
+def test_reject_stop_ends_the_task_with_replans_left(
+    waiting: tuple[Path, str, threading.Thread],
+) -> None:
+    """`pev reject --stop`: failed/rejected at once, though recovery mode has replans left."""
+    db, task_id, thread = waiting
+    code, out, err = _invoke(db, "reject", task_id, "--reason", "wrong vendor", "--stop")
+    assert code == 0, err
+    assert "revision 1 rejected by" in out
+    thread.join(timeout=30)
+    state = _state(db, task_id)
+    assert state.finished is not None
+    assert (state.finished.status, state.finished.reason) == ("failed", "rejected")
+    assert "the reviewer stopped the task" in state.finished.detail
+
+
 def test_reject_ends_a_task_outside_recovery_mode(
     waiting: tuple[Path, str, threading.Thread],
 ) -> None:

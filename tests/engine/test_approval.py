@@ -188,6 +188,27 @@ async def test_a_rejection_without_a_replan_left_ends_failed_rejected(
     assert payments.sent == []
 
 
+async def test_reject_and_stop_ends_the_task_with_replans_left() -> None:
+    """stop=True: the reviewer wants no other plan; the task ends failed/rejected at once."""
+    store, payments = MemoryStore(), Payments()
+    planner = ScriptedPlanner(paying(900), paying(40))
+    handle = await started(
+        store, planner, payments, policy=pev.RecoveryPolicy(approval="actions", max_replans=3)
+    )
+    await awaiting(store, handle.task_id, 1)
+    await handle.reject("wrong vendor", by="bob", revision=1, stop=True)
+    result = await handle.result()
+    assert (result.status, result.reason) == (TaskStatus.FAILED, TerminalReason.REJECTED)
+    assert "revision 1 was rejected by bob: wrong vendor; the reviewer stopped the task" in (
+        result.detail
+    )
+    assert len(planner.requests) == 1  # no other plan was asked for
+    assert payments.sent == []
+    state = await handle.state()
+    assert state.replans_used == 0
+    assert state.reviews == (Rejected(revision=1, by="bob", reason="wrong vendor"),)
+
+
 async def test_a_local_replan_rejected_is_planned_again_for_the_same_nodes() -> None:
     """A rejected local revision is replanned locally: kept nodes are not dispatched again."""
     store, payments = MemoryStore(), Payments()

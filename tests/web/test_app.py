@@ -201,3 +201,18 @@ def test_operator_rejects_and_cancels(awaiting: AwaitingTask) -> None:
         )
         assert cancelled.status_code == 303
     assert awaiting.finished().status == "cancelled"
+
+
+def test_operator_rejects_and_stops(awaiting: AwaitingTask) -> None:
+    """The reject-and-stop button ends the task failed/rejected, with no other plan."""
+    with client(awaiting.db, operator=True) as operator:
+        page = operator.get(f"/tasks/{awaiting.task_id}").text
+        assert 'id="reject-stop"' in page
+        stopped = operator.post(
+            f"/tasks/{awaiting.task_id}/reject",
+            data={"csrf": _token(page), "revision": "1", "reason": "wrong vendor", "stop": "yes"},
+        )
+        assert stopped.status_code == 303
+    ended = awaiting.finished()
+    assert (ended.status, ended.reason) == ("failed", "rejected")
+    assert "the reviewer stopped the task" in ended.detail

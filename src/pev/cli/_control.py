@@ -216,21 +216,27 @@ def approve_command(db: str, task_id: str, note: str, by: str | None, revision: 
 )
 @_BY
 @_REVISION
+@click.option(
+    "--stop",
+    is_flag=True,
+    help="End the task failed/rejected now, with no other plan, whatever replans are left.",
+)
 @click.pass_obj
 def reject_command(
-    db: str, task_id: str, reason: str, by: str | None, revision: int | None
+    db: str, *, task_id: str, reason: str, by: str | None, revision: int | None, stop: bool
 ) -> None:
     """Reject the revision a task (id or unique prefix) awaits approval for; none of it runs.
 
     The reason goes to the planner as a rejected plan's problems do: in recovery mode the task
-    is planned again while a replan is left, else it ends failed/rejected. Exit 2 if the task
-    is not awaiting approval (of --revision, when given).
+    is planned again while a replan is left, else it ends failed/rejected; with --stop it ends
+    failed/rejected at once. Exit 2 if the task is not awaiting approval (of --revision, when
+    given).
     """
     _decided(
         db,
         task_id,
         "reject",
         lambda store, full_id: engine.reject(
-            full_id, reason, store=store, by=by, revision=revision
+            full_id, reason, store=store, by=by, revision=revision, stop=stop
         ),
     )

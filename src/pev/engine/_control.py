@@ -103,11 +103,14 @@ async def reject(
     store: Store,
     by: str | None = None,
     revision: int | None = None,
+    stop: bool = False,
 ) -> TaskState:
     """Reject the revision a task awaits approval for, from any process; nothing of it runs.
 
     The reason is fed to the planner as a rejected plan's problems are: in recovery mode,
     while a replan is left, the task is planned again; otherwise it ends ``failed``/``rejected``.
+    With ``stop=True`` it ends ``failed``/``rejected`` whatever budget is left: the reviewer
+    wants no other plan.
 
     Args:
         task_id: The task.
@@ -115,6 +118,7 @@ async def reject(
         store: Where it lives.
         by: Who rejects; the user this process runs as by default.
         revision: The revision they looked at: refused if the task awaits another one.
+        stop: End the task rather than plan again.
 
     Returns:
         The task's state after the rejection.
@@ -126,7 +130,7 @@ async def reject(
     """
     who = _checked_text(by if by is not None else reviewer(), "by")
     why = _checked_text(reason, "the reason", required=True)
-    return await Ledger(store).reject(task_id, by=who, reason=why, revision=revision)
+    return await Ledger(store).reject(task_id, by=who, reason=why, revision=revision, stop=stop)
 
 
 class EventStream:
@@ -305,11 +309,18 @@ class TaskHandle(Generic[Out]):
         return await approve(self.task_id, store=self.store, by=by, note=note, revision=revision)
 
     async def reject(
-        self, reason: str, *, by: str | None = None, revision: int | None = None
+        self,
+        reason: str,
+        *,
+        by: str | None = None,
+        revision: int | None = None,
+        stop: bool = False,
     ) -> TaskState:
         """Reject the revision the task awaits approval for (see :func:`pev.reject`)."""
         await self._ready()
-        return await reject(self.task_id, reason, store=self.store, by=by, revision=revision)
+        return await reject(
+            self.task_id, reason, store=self.store, by=by, revision=revision, stop=stop
+        )
 
     async def __aenter__(self) -> TaskHandle[Out]:
         await self._ready()

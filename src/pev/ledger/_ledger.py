@@ -425,11 +425,18 @@ class Ledger:
         )
 
     async def reject(
-        self, task_id: str, *, by: str, reason: str, revision: int | None = None
+        self,
+        task_id: str,
+        *,
+        by: str,
+        reason: str,
+        revision: int | None = None,
+        stop: bool = False,
     ) -> TaskState:
         """Reject the revision the task awaits approval for, from any process.
 
-        The reason is fed to the planner (see :func:`pev.ledger.reject`).
+        The reason is fed to the planner; with ``stop`` the task ends ``failed``/``rejected``
+        instead (see :func:`pev.ledger.reject`).
 
         Raises:
             StateError: The task is not awaiting approval (of ``revision``, when given); one
@@ -438,7 +445,9 @@ class Ledger:
         await self.expire(task_id)
         return await self._from_outside(
             task_id,
-            lambda state: reject(state, by=by, reason=reason, now=self._clock(), revision=revision),
+            lambda state: reject(
+                state, by=by, reason=reason, now=self._clock(), revision=revision, stop=stop
+            ),
         )
 
     async def expire(self, task_id: str, *, now: datetime | None = None) -> TaskState:

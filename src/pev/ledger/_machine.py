@@ -320,13 +320,19 @@ def approve(
 
 
 def reject(
-    state: TaskState, *, by: str, reason: str, now: datetime, revision: int | None = None
+    state: TaskState,
+    *,
+    by: str,
+    reason: str,
+    now: datetime,
+    revision: int | None = None,
+    stop: bool = False,
 ) -> tuple[Event, ...]:
     """Reject the revision the task awaits approval for; the reason is fed to the planner.
 
     As with a rejected plan (docs/design.md §4): in recovery mode, while a replan is left, the
     task awaits a replan for the decision the rejected revision answered; otherwise it ends
-    ``failed``/``rejected``.
+    ``failed``/``rejected``. With ``stop``, the reviewer ends it so whatever is left: no replan.
 
     Raises:
         StateError: The task is not awaiting approval (of ``revision``, when given).
@@ -334,14 +340,20 @@ def reject(
     waiting = _awaited(state, Rejected.kind, revision)
     rejected = Rejected(revision=waiting.revision, by=by, reason=reason)
     can_retry = (
-        state.contract.mode is VerificationMode.RECOVERY
+        not stop
+        and state.contract.mode is VerificationMode.RECOVERY
         and state.replans_used < state.policy.max_replans
     )
     if can_retry:
         action = state.revisions[-1].action
         deadline = now + timedelta(seconds=state.policy.replan_timeout_s)
         return rejected, AwaitingReplan(action=action, deadline=deadline)
-    spent = "" if state.contract.mode is not VerificationMode.RECOVERY else "; no replan is left"
+    if stop:
+        spent = "; the reviewer stopped the task"
+    elif state.contract.mode is VerificationMode.RECOVERY:
+        spent = "; no replan is left"
+    else:
+        spent = ""
     detail = f"revision {waiting.revision} was rejected by {by}: {reason}{spent}"
     return rejected, finish(state, TaskStatus.FAILED, TerminalReason.REJECTED, detail=detail)
 

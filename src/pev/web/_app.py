@@ -305,7 +305,12 @@ async def _operate(request: Request) -> Response:
             )
         elif action == "reject":
             await reject(
-                task_id, form.get("reason", ""), store=viewer.store, by=by, revision=revision
+                task_id,
+                form.get("reason", ""),
+                store=viewer.store,
+                by=by,
+                revision=revision,
+                stop=form.get("stop") == "yes",  # the reject-and-stop button
             )
         else:
             await cancel(task_id, store=viewer.store, reason=form.get("reason", ""))
