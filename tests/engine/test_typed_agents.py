@@ -242,3 +242,16 @@ def test_the_typed_entry_points_take_what_launch_takes() -> None:
     assert set(LaunchOptions.__annotations__) == keywords
     for entry in (pev.run, pev.run_sync, pev.start):
         assert set(inspect.signature(entry).parameters) == {"input", "agent", *keywords}
+
+
+async def test_an_input_that_fits_but_is_no_json_a_ledger_holds_is_refused() -> None:
+    """A float field holding NaN fits the type, but no ledger can record it: a UsageError."""
+
+    class Reading(BaseModel):
+        celsius: float
+
+    agent = pev.Agent(plan, tools=[price], input_type=Reading)
+    store = pev.MemoryStore()
+    with pytest.raises(UsageError, match=r"a Reading, cannot be recorded as JSON: .*nan"):
+        await pev.run({"celsius": float("nan")}, agent=agent, store=store)
+    assert await store.list_tasks() == ()

@@ -120,6 +120,12 @@ class AgentTypes:
                 f"the task's input does not fit the agent's input type {self.input_name}: "
                 f"{_problems(exc)}; pass a value of that type, or its JSON"
             ) from None
+        except (PydanticSerializationError, TypeError, ValueError) as exc:
+            # It fits, but its JSON is not what a ledger holds (a float that is NaN, say).
+            raise UsageError(
+                f"the task's input, a {self.input_name}, cannot be recorded as JSON: {exc}; "
+                "give finite numbers and UTF-8 text"
+            ) from None
 
     def typed_input(self, recorded: JsonValue) -> Any:
         """The recorded input as the agent's input type (the JSON itself when untyped).
@@ -243,7 +249,7 @@ def _return_annotation(function: Callable[..., Any]) -> object | None:
 
 
 def _type_name(annotation: object) -> str:
-    name = getattr(annotation, "__qualname__", None)
+    name = getattr(annotation, "__name__", None)
     return (
         name
         if isinstance(name, str) and not getattr(annotation, "__args__", None)
