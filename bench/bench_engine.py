@@ -233,13 +233,8 @@ def _sqlite_table(samples: dict[str, _SQLiteSamples]) -> str:
 # `ExecutionRecord`'s fields in a plain class with slots, no freezing: its `__init__` assigns
 # each field directly, as a hand-written one would (made from the record's own fields, so that
 # a field added to the record is here too).
-_RECORD_FIELDS = len(dataclasses.fields(ExecutionRecord))
-_PlainRecord = dataclasses.make_dataclass(
-    "_PlainRecord",
-    [f.name for f in dataclasses.fields(ExecutionRecord)],
-    slots=True,
-    kw_only=True,
-)
+_RECORD_FIELDS = [f.name for f in dataclasses.fields(ExecutionRecord)]
+_PlainRecord = dataclasses.make_dataclass("_PlainRecord", _RECORD_FIELDS, slots=True, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,7 +412,7 @@ def _dissection_text(d: _Dissection, profile_runs: int) -> str:
             f"| {d.switch_us:.2f} |"
         ),
         (
-            f"| an `ExecutionRecord` built (frozen dataclass, slots, {_RECORD_FIELDS} fields) "
+            f"| an `ExecutionRecord` built (frozen dataclass, slots, {len(_RECORD_FIELDS)} fields) "
             f"| {p.frozen_us:.2f} |"
         ),
         f"| the same fields in a plain class with slots | {p.plain_us:.2f} |",

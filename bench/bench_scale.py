@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import gc
 import itertools
 import json
@@ -486,6 +487,26 @@ def _share_verdict(pev_case: str, share: float) -> str:
     )
 
 
+def _offload_batches() -> None:
+    """The writer-thread experiment: a batch of appends commits on the SQLite store's thread.
+
+    The store commits on the event loop's thread (its own connection, ``SQLiteDatabase.run``);
+    here a batch of more than one append goes to the store's thread instead, as the change
+    weighed in docs/benchmarks.md would have it, while a lone append stays where it was.
+    """
+    from pev.stores._sqlite_db import SQLiteDatabase
+
+    inline = SQLiteDatabase.together
+
+    async def together(self: SQLiteDatabase, works: Sequence[Any]) -> list[Any]:
+        if len(works) > 1 and self._inline is not None:
+            batch = functools.partial(self._guarded, functools.partial(self._together, works))
+            return await self._offloaded(batch, "write")
+        return await inline(self, works)
+
+    SQLiteDatabase.together = together  # type: ignore[method-assign]
+
+
 def profile(case: str, tasks: int) -> str:
     """Where the time of `tasks` tasks of `case` goes: cProfile's shares, at an unprofiled time.
 
@@ -520,7 +541,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     # A child process runs one case.
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--offload-batches",
+        action="store_true",
+        help=(
+            "with --case sqlite: commit each batch of more than one append on the store's own "
+            "thread (the writer-thread experiment docs/benchmarks.md reports)"
+        ),
+    )
     args = parse_bench_args(parser, argv)
+    if args.offload_batches:
+        _offload_batches()
     sizes = QUICK if args.quick else FULL
     if args.tasks:
         sizes = dataclasses.replace(sizes, tasks=args.tasks)

@@ -284,6 +284,22 @@ def test_the_scale_report_judges_the_user_agents_beside_langgraph() -> None:
 
 
 @pytest.mark.usefixtures("bench")
+async def test_the_writer_thread_experiment_ends_every_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--offload-batches puts SQLite's batches on the store's thread, for that run alone."""
+    from pev.stores._sqlite_db import SQLiteDatabase
+
+    scale = _module("bench_scale")
+    inline = SQLiteDatabase.together
+    monkeypatch.setattr(SQLiteDatabase, "together", inline)  # put back after the test
+    scale._offload_batches()
+    assert SQLiteDatabase.together is not inline
+    figures = await scale._case("sqlite", 40)
+    assert figures["ok"] == figures["tasks"] == 40
+
+
+@pytest.mark.usefixtures("bench")
 def test_the_scale_sweep_reports_cost_per_task_and_its_growth() -> None:
     """The sweep's table: per-task time, its ratios at each count, and the judged growth."""
     scale = _module("bench_scale")

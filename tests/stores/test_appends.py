@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import pytest
 from tests.support import builders, postgres
 
-from pev.errors import ConflictError
+from pev.errors import ConflictError, UnknownTaskError
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
     Appends,
@@ -268,6 +268,29 @@ async def test_follow_yields_every_entry_once_in_order_to_the_end(
     assert isinstance(seen[-1].event, TaskFinished)
     assert all(batches)
     assert len(batches) > 1  # it read while they were written, not once at the end
+
+
+async def test_a_follower_that_waits_sees_a_task_written_after_it_started(
+    store: Store, tasks: TaskFactory
+) -> None:
+    """``wait=True``: a task not written yet is waited for, its first append told as any other,
+    and every entry then seen once, in order, to its end; without it, the id is unknown."""
+    with pytest.raises(UnknownTaskError):
+        await anext(follow(store, "late"))
+    following_task = asyncio.create_task(_collect(follow(store, "late", wait=True)))
+    assert await _quiet_task(following_task)
+    await tasks.executing("late")
+    await _write_to_the_end(tasks.ledger, "late")
+    batches = await asyncio.wait_for(following_task, WAIT_S)
+    seen = [entry for batch in batches for entry in batch]
+    assert seen == list(await store.read("late"))
+    assert isinstance(seen[-1].event, TaskFinished)
+
+
+async def _quiet_task(task: asyncio.Task[object]) -> bool:
+    """Whether ``task`` is still waiting after ``QUIET_S``."""
+    await asyncio.sleep(QUIET_S)
+    return not task.done()
 
 
 async def test_a_follower_that_stops_reading_catches_up(store: Store, tasks: TaskFactory) -> None:

@@ -7,7 +7,6 @@ approval for, which its driver, a worker or ``pev resume`` acts on in whatever p
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -25,9 +24,6 @@ from pev.ledger import Ledger, LedgerEntry, Store, TaskPhase, TaskState, follow
 from pev.rails import RailEvents
 
 __all__ = ["approve_command", "event_line", "events_command", "reject_command"]
-
-# How often `pev events --wait` looks for a task that is not written yet.
-_WAIT_POLL_S = 0.1
 
 
 def event_line(entry: LedgerEntry, rails: RailEvents) -> str:
@@ -85,9 +81,7 @@ def events_command(
     """
 
     async def printed(ledger: Ledger) -> None:
-        full_id = (
-            await _written(ledger, task_id) if wait else await resolve_task_id(ledger, task_id)
-        )
+        full_id, written = await _named(ledger, task_id, wait=wait)
         rails = RailEvents()
 
         def echo(entries: Sequence[LedgerEntry]) -> None:
@@ -97,6 +91,9 @@ def events_command(
                     echo_line(line) if line is not None else echo_json(entry_document(entry))
 
         if not following:
+            if not written:  # until its first append: the follower waits for it
+                async with contextlib.aclosing(follow(ledger.store, full_id, wait=True)) as tail:
+                    await anext(tail)
             entries = await ledger.entries(full_id)
             if as_json:
                 shown = [entry_document(entry) for entry in entries if entry.seq > after]
@@ -105,25 +102,27 @@ def events_command(
                 echo(entries)
             return
         # Every entry is read (the lines need the plan), only those after --after printed.
-        async with contextlib.aclosing(follow(ledger.store, full_id)) as batches:
+        async with contextlib.aclosing(follow(ledger.store, full_id, wait=wait)) as batches:
             async for batch in batches:
                 echo(batch)
 
     on_ledger(db, printed, create=False)
 
 
-async def _written(ledger: Ledger, task_id: str) -> str:
-    """The id of the task ``task_id`` names, once it is written (said once on stderr meanwhile).
+async def _named(ledger: Ledger, task_id: str, *, wait: bool) -> tuple[str, bool]:
+    """The full id ``task_id`` names, and whether that task is written yet.
 
-    A unique prefix of a task that exists names it, as without ``--wait``; a task not written
-    yet can only be named by its full id, looked for every :data:`_WAIT_POLL_S` seconds.
+    A unique prefix of a task that exists names it. With ``wait``, an id that names no task is
+    taken as the full id of one not written yet (said once on stderr): the follower waits for
+    its first append, told of it by the store as of any other.
     """
-    with contextlib.suppress(UnknownTaskError):
-        return await resolve_task_id(ledger, task_id)
+    try:
+        return await resolve_task_id(ledger, task_id), True
+    except UnknownTaskError:
+        if not wait:
+            raise
     click.echo(f"waiting for task {task_id} to be written (Ctrl-C stops)", err=True)
-    while await ledger.store.summary(task_id) is None:
-        await asyncio.sleep(_WAIT_POLL_S)
-    return task_id
+    return task_id, False
 
 
 def _decided(

@@ -472,7 +472,7 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
 
     async def drive(ledger: Ledger) -> TaskState:
         full_id = await resolve_task_id(ledger, task_id)
-        before = await ledger.state(full_id)
+        before = await ledger.store.summary(full_id)  # its index row: no fold of its ledger
         try:
             async with _recorded_tools(ledger, full_id) as tools:
                 result = await engine.resume(
@@ -501,14 +501,13 @@ def resume_command(db: str, task_id: str, quiet: bool) -> None:
                 f"`pev resume` cannot pass one: resume it from Python with the {exc.role} "
                 f"passed, `await pev.resume({full_id!r}, store=..., {exc.role}=...)`"
             )
-        if before.finished is not None:
+        if before is not None and before.status is not None:
             # Nothing was continued (resume verified the chain, and left the task as it was):
             # said on standard error, so that a script reading the result line (and the exit
             # code: the task's status, as when it ends here) sees the same either way.
-            when = f", {iso_time(before.updated_at)}" if before.updated_at else ""
             click.echo(
-                f"task {full_id} had already ended ({before.finished.status}/"
-                f"{before.finished.reason}{when}): nothing to resume; it is shown as it ended",
+                f"task {full_id} had already ended ({before.status}/{before.reason}, "
+                f"{iso_time(before.updated_at)}): nothing to resume; it is shown as it ended",
                 err=True,
             )
         return await ledger.state(result.task_id)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pev._imports import ImportPathError, check_import_path, resolve
 from pev.engine import Agent, ToolRegistry
+from pev.engine._typed import InputMismatch
 from pev.errors import ComponentError, ContractError, UsageError
 from pev.model import JsonValue, VerificationContract, VerificationMode, freeze_json
 from pev.policy import RecoveryPolicy
@@ -284,12 +285,13 @@ def _load(path: Path, given: GivenInput | None) -> TaskFile:
     if base is not None and base.input_type is not None:
         try:
             task_input = base.types.recorded_input(task_input)
-        except UsageError as exc:
-            said = str(exc).removeprefix("the task's input ").split("; pass a value")[0]
+        except InputMismatch as exc:
             if given is not None:
-                raise TaskFileError(given.source, f"{said}; give an object of its fields") from None
+                raise TaskFileError(
+                    given.source, f"{exc.problem}; give an object of its fields"
+                ) from None
             raise TaskFileError(
-                "input", f"{said}; write it as a table of that type's fields"
+                "input", f"{exc.problem}; write it as a table of that type's fields"
             ) from None
     return TaskFile(
         path=path,

@@ -16,7 +16,7 @@ import getpass
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec
+from typing import TYPE_CHECKING, Any, Generic
 
 from typing_extensions import Unpack
 
@@ -30,8 +30,6 @@ from pev.model import JsonValue, TaskId
 from pev.rails import RailEvent, RailEvents
 
 __all__ = ["EventStream", "TaskHandle", "approve", "reject", "start", "watch"]
-
-P = ParamSpec("P")
 
 _MAX_TEXT = 10_000  # the longest reviewer name, note or reason the ledger takes
 
@@ -78,7 +76,7 @@ async def approve(
     Args:
         task_id: The task.
         store: Where it lives.
-        by: Who approves; the user this process runs as by default.
+        by: Who approves; by default ``PEV_USER``, else the user this process runs as.
         note: What they add, if anything.
         revision: The revision they looked at: the approval is refused if the task awaits
             approval of another one (it was replanned meanwhile).
@@ -116,7 +114,7 @@ async def reject(
         task_id: The task.
         reason: Why, in words the planner can act on (required).
         store: Where it lives.
-        by: Who rejects; the user this process runs as by default.
+        by: Who rejects; by default ``PEV_USER``, else the user this process runs as.
         revision: The revision they looked at: refused if the task awaits another one.
         stop: End the task rather than plan again.
 

@@ -148,14 +148,10 @@ class Driver:
             tools=components.tools,
             lessons=lessons,
             compensates=components.compensates,
-            typed_input=components.types.typed_input,
+            types=components.types,
         )
         self._verifying = VerifyStep(
-            host,
-            components.verify,
-            cancel=cancel,
-            lessons=lessons,
-            typed_input=components.types.typed_input,
+            host, components.verify, cancel=cancel, lessons=lessons, types=components.types
         )
         observe = components.observe
         self._observing = None if observe is None else ObserveStep(host, observe)

@@ -29,6 +29,7 @@ from pev.engine._planning import (
     reviewer_rejections,
 )
 from pev.engine._recordable import safe_text
+from pev.engine._typed import UNTYPED, AgentTypes
 from pev.errors import PlannerUnavailable
 from pev.kernel import TaskStatus, TerminalReason
 from pev.ledger import (
@@ -43,7 +44,7 @@ from pev.ledger import (
     finish,
     reject_plan,
 )
-from pev.model import JsonValue, Plan, ToolSpec
+from pev.model import Plan, ToolSpec
 from pev.model._exceptions import describe_exception
 
 __all__ = ["PlanStep"]
@@ -52,7 +53,7 @@ __all__ = ["PlanStep"]
 class PlanStep:
     """Plans the task's next revision, for whatever drives it (a :class:`TaskHost`)."""
 
-    __slots__ = ("_cancel", "_compensates", "_host", "_lessons", "_plan", "_tools", "_typed_input")
+    __slots__ = ("_cancel", "_compensates", "_host", "_lessons", "_plan", "_tools", "_types")
 
     def __init__(
         self,
@@ -63,7 +64,7 @@ class PlanStep:
         tools: Mapping[str, ToolSpec] | None,
         lessons: tuple[str, ...],
         compensates: Callable[[str | None], bool] = lambda tool: False,
-        typed_input: Callable[[JsonValue], Any] = lambda recorded: recorded,
+        types: AgentTypes = UNTYPED,
     ) -> None:
         self._host = host
         self._plan = plan
@@ -71,16 +72,14 @@ class PlanStep:
         self._tools = tools
         self._lessons = lessons
         self._compensates = compensates
-        self._typed_input = typed_input
+        self._types = types
 
     async def run(self) -> None:
         """Call the planner once and write what came of it."""
         host = self._host
         state = host.state
         kind = state.planning or RevisionKind.INITIAL
-        request = plan_request(
-            state, tools=self._tools, lessons=self._lessons, typed_input=self._typed_input
-        )
+        request = plan_request(state, tools=self._tools, lessons=self._lessons, types=self._types)
         replan_left = Deadline(state.replan_deadline, host.deadline.clock).remaining_s()
         remaining = host.deadline.remaining_s()
         call = GuardedCall()

@@ -15,6 +15,7 @@ from typing import Any
 from pev.engine._compensation import compensation_problems
 from pev.engine._effects import effect_problems, effective_effect
 from pev.engine._protocols import PlanRequest
+from pev.engine._typed import UNTYPED, AgentTypes
 from pev.kernel import GlobalReplan, LocalReplan
 from pev.ledger import (
     Rejected,
@@ -25,7 +26,6 @@ from pev.ledger import (
 )
 from pev.model import (
     Effect,
-    JsonValue,
     Plan,
     PlanNode,
     ToolSpec,
@@ -59,12 +59,12 @@ def plan_request(
     *,
     tools: Mapping[str, ToolSpec] | None,
     lessons: tuple[str, ...] = (),
-    typed_input: Callable[[JsonValue], Any] = lambda recorded: recorded,
+    types: AgentTypes = UNTYPED,
 ) -> PlanRequest[Any]:
     """The request for the planner call the task is waiting for.
 
-    ``typed_input`` turns the recorded input into the agent's input type (docs/engine.md,
-    "Typed agents"); by default the planner gets the JSON itself.
+    Its input is the recorded one as the agent's input type (``types``: docs/engine.md, "Typed
+    agents"); an untyped agent's planner gets the JSON itself.
     """
     kind = state.planning or RevisionKind.INITIAL
     action = state.replan_action
@@ -80,7 +80,7 @@ def plan_request(
         kind=kind,
         attempt=state.planner_calls,
         task_id=state.task_id,
-        input=typed_input(state.created.input),
+        input=types.typed_input(state.created.input),
         contract=state.contract,
         tools=tuple(tools.values()) if tools else (),
         lessons=lessons,

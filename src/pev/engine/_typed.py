@@ -31,7 +31,7 @@ from pev import codec
 from pev._json import JsonValue, freeze_json
 from pev.errors import ComponentError, UsageError
 
-__all__ = ["UNTYPED", "AgentTypes", "In", "Out", "OutputLike"]
+__all__ = ["UNTYPED", "AgentTypes", "In", "InputMismatch", "Out", "OutputLike"]
 
 In = TypeVar("In", default=JsonValue)
 """An agent's input type (``pev.Agent[In, Out]``); untyped agents take any JSON value."""
@@ -45,6 +45,19 @@ the id of the node whose output is the task's."""
 
 # How many of pydantic's errors a message names before it says how many more there are.
 _ERRORS_SHOWN = 3
+
+
+class InputMismatch(UsageError):  # noqa: N818 - it reads as what is wrong with the input
+    """A task's input that its agent's input type refuses, or that no ledger can record.
+
+    Attributes:
+        problem: What is wrong, without the way out (``does not fit the agent's input type
+            Order: sku: Field required``), for a caller that words its own (a task file).
+    """
+
+    def __init__(self, message: str, *, problem: str) -> None:
+        super().__init__(message)
+        self.problem = problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,15 +129,18 @@ class AgentTypes:
             checked = self._input.validate_python(value)
             return freeze_json(self._input.dump_python(checked, mode="json"))
         except ValidationError as exc:
-            raise UsageError(
-                f"the task's input does not fit the agent's input type {self.input_name}: "
-                f"{_problems(exc)}; pass a value of that type, or its JSON"
+            problem = f"does not fit the agent's input type {self.input_name}: {_problems(exc)}"
+            raise InputMismatch(
+                f"the task's input {problem}; pass a value of that type, or its JSON",
+                problem=problem,
             ) from None
         except (PydanticSerializationError, TypeError, ValueError) as exc:
             # It fits, but its JSON is not what a ledger holds (a float that is NaN, say).
-            raise UsageError(
-                f"the task's input, a {self.input_name}, cannot be recorded as JSON: {exc}; "
-                "give finite numbers and UTF-8 text"
+            problem = f"cannot be recorded as JSON: {exc}"
+            raise InputMismatch(
+                f"the task's input, a {self.input_name}, {problem}; give finite numbers and "
+                "UTF-8 text",
+                problem=problem,
             ) from None
 
     def typed_input(self, recorded: JsonValue) -> Any:

@@ -21,6 +21,7 @@ from pev.engine._failures import noted
 from pev.engine._host import TaskHost, current
 from pev.engine._protocols import VerifyRequest
 from pev.engine._recordable import safe_text
+from pev.engine._typed import UNTYPED, AgentTypes
 from pev.errors import UsageError
 from pev.kernel import Budget, decide, diagnose
 from pev.ledger import (
@@ -35,14 +36,7 @@ from pev.ledger import (
     lineage_results,
     missing_evidence,
 )
-from pev.model import (
-    JsonValue,
-    Reliability,
-    Verdict,
-    VerificationMode,
-    classify_verdict,
-    passes,
-)
+from pev.model import Reliability, Verdict, VerificationMode, classify_verdict, passes
 from pev.model._assess import VerdictCheck, raw_digest
 
 __all__ = ["VerifyStep"]
@@ -51,7 +45,7 @@ __all__ = ["VerifyStep"]
 class VerifyStep:
     """Verifies the current revision's round, for whatever drives it (a :class:`TaskHost`)."""
 
-    __slots__ = ("_cancel", "_host", "_lessons", "_typed_input", "_verify")
+    __slots__ = ("_cancel", "_host", "_lessons", "_types", "_verify")
 
     def __init__(
         self,
@@ -60,13 +54,13 @@ class VerifyStep:
         *,
         cancel: asyncio.Event,
         lessons: tuple[str, ...],
-        typed_input: Callable[[JsonValue], Any] = lambda recorded: recorded,
+        types: AgentTypes = UNTYPED,
     ) -> None:
         self._host = host
         self._verify = verify
         self._cancel = cancel
         self._lessons = lessons
-        self._typed_input = typed_input  # the agent's input type, from the recorded JSON
+        self._types = types  # the agent's input type, to read the recorded input as
 
     async def run(self) -> None:
         """Verify, diagnose and decide; write it all at once (nothing if time ran out)."""
@@ -129,7 +123,7 @@ class VerifyStep:
         revision = current(state)
         request = VerifyRequest(
             task_id=state.task_id,
-            input=self._typed_input(state.created.input),
+            input=self._types.typed_input(state.created.input),
             contract=state.contract,
             plan=revision.plan,
             revision=revision.number,

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
 
-from pev.errors import UsageError
+from pev.errors import UnknownTaskError, UsageError
 from pev.ledger._events import LedgerEntry, TaskFinished
 from pev.ledger._store import Appends, Store
 
@@ -38,13 +38,21 @@ class Tail:
         after: The sequence number to start after (0: from the first entry).
         poll_s: How often to read even without a signal; by default the store's
             ``follow_poll_s``, else :data:`FOLLOW_POLL_S`.
+        wait: Wait for a task not written yet (its first append signals as any other does)
+            instead of raising :class:`~pev.errors.UnknownTaskError`.
 
     Raises:
         UsageError: ``after`` is negative, or ``poll_s`` is not a positive number of seconds.
     """
 
     def __init__(
-        self, store: Store, task_id: str, *, after: int = 0, poll_s: float | None = None
+        self,
+        store: Store,
+        task_id: str,
+        *,
+        after: int = 0,
+        poll_s: float | None = None,
+        wait: bool = False,
     ) -> None:
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise UsageError(f"after must be a sequence number (0 or more), got {after!r}")
@@ -55,6 +63,7 @@ class Tail:
         self._store = store
         self._task_id = task_id
         self._poll_s = float(poll_s)
+        self._wait = wait
         self.seq = after
         """The sequence number of the last entry read."""
         self._signals: contextlib.AbstractAsyncContextManager[asyncio.Event | None] = (
@@ -79,7 +88,7 @@ class Tail:
             The new entries in order; ``()`` when ``timeout`` passed first.
 
         Raises:
-            UnknownTaskError: No task has that id.
+            UnknownTaskError: No task has that id (unless the tail waits for it).
         """
         loop = asyncio.get_running_loop()
         ends = None if timeout is None else loop.time() + timeout
@@ -87,7 +96,12 @@ class Tail:
             appended = self._appended
             if appended is not None:
                 appended.clear()  # before the read: an append during it sets it again
-            entries = await self._store.read(self._task_id, after=self.seq)
+            try:
+                entries = await self._store.read(self._task_id, after=self.seq)
+            except UnknownTaskError:
+                if not self._wait:
+                    raise
+                entries = ()  # not written yet: its first append is waited for as any other
             if entries:
                 self.seq = entries[-1].seq
                 return entries
@@ -98,7 +112,7 @@ class Tail:
 
 
 async def follow(
-    store: Store, task_id: str, *, after: int = 0, poll_s: float | None = None
+    store: Store, task_id: str, *, after: int = 0, poll_s: float | None = None, wait: bool = False
 ) -> AsyncGenerator[tuple[LedgerEntry, ...], None]:
     """The task's entries after ``after``, batch by batch as they are written, to its end.
 
@@ -109,10 +123,10 @@ async def follow(
     :class:`Tail`'s.
 
     Raises:
-        UnknownTaskError: No task has that id.
+        UnknownTaskError: No task has that id (unless ``wait``: then it is waited for).
         UsageError: ``after`` is negative, or ``poll_s`` is not a positive number of seconds.
     """
-    async with Tail(store, task_id, after=after, poll_s=poll_s) as tail:
+    async with Tail(store, task_id, after=after, poll_s=poll_s, wait=wait) as tail:
         while True:
             entries = await tail.read()
             yield entries
